@@ -1,0 +1,12 @@
+//! The host side of Weft, shared by every executor (interpreter, JIT, Wasm host).
+//!
+//! Compiled code and the interpreter reach the outside world only through what this crate
+//! defines: values, the clock, the random source, state stores, channels and the built-in
+//! functions (hashing, AEAD, compression, quantiles…). One implementation of each built-in
+//! means one semantics.
+
+pub mod status;
+pub mod value;
+
+pub use status::Code;
+pub use value::{Message, MsgKind, Value};

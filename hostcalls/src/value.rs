@@ -1,0 +1,279 @@
+//! Run-time values of the element language.
+//!
+//! One representation serves the interpreter, the state stores and the built-in functions, so
+//! that every executor shares the exact semantics of equality, ordering and conversion.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::status::Code;
+
+/// A value of the element language.
+///
+/// Maps are ordered by key ([`Value`]'s total order) so iteration with `foreach` is
+/// deterministic in every executor.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// The value of a statement or of a lambda without `return`.
+    Unit,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(String),
+    Bytes(Vec<u8>),
+    /// Monotonic time in seconds.
+    Instant(f64),
+    Pair(Box<(Value, Value)>),
+    Vec(Vec<Value>),
+    Map(BTreeMap<Value, Value>),
+    Opt(Option<Box<Value>>),
+    /// A request or response; shared because caches keep responses in state.
+    Msg(Arc<Message>),
+}
+
+/// Whether a message travels towards the server or back to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MsgKind {
+    Request,
+    Response,
+}
+
+/// A message as the runtime keeps it: protobuf wire bytes plus gRPC metadata.
+///
+/// The bytes are never decoded as a whole; field reads and writes go through the schema-aware
+/// wire codec, so unknown fields survive every element.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Message {
+    pub kind: MsgKind,
+    pub bytes: Vec<u8>,
+    /// gRPC metadata (headers for requests, headers and trailers for responses).
+    pub headers: BTreeMap<String, String>,
+    /// The status of a response; `Code::Ok` for requests and successful responses.
+    pub code: Code,
+    /// The status message of a failed response (empty otherwise).
+    pub status_message: String,
+}
+
+impl Message {
+    pub fn request(bytes: Vec<u8>) -> Self {
+        Message {
+            kind: MsgKind::Request,
+            bytes,
+            headers: BTreeMap::new(),
+            code: Code::Ok,
+            status_message: String::new(),
+        }
+    }
+
+    pub fn response(bytes: Vec<u8>) -> Self {
+        Message { kind: MsgKind::Response, ..Message::request(bytes) }
+    }
+
+    /// A failed response: no payload, a status code and message.
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
+        Message {
+            kind: MsgKind::Response,
+            bytes: Vec::new(),
+            headers: BTreeMap::new(),
+            code,
+            status_message: message.into(),
+        }
+    }
+}
+
+impl Value {
+    pub fn str(s: impl Into<String>) -> Self {
+        Value::Str(s.into())
+    }
+
+    pub fn pair(a: Value, b: Value) -> Self {
+        Value::Pair(Box::new((a, b)))
+    }
+
+    pub fn some(v: Value) -> Self {
+        Value::Opt(Some(Box::new(v)))
+    }
+
+    pub fn none() -> Self {
+        Value::Opt(None)
+    }
+
+    /// Name of the variant, for error messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Value::Unit => "unit",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Uint(_) => "uint",
+            Value::Float(_) => "float",
+            Value::Str(_) => "string",
+            Value::Bytes(_) => "bytes",
+            Value::Instant(_) => "Instant",
+            Value::Pair(_) => "pair",
+            Value::Vec(_) => "Vec",
+            Value::Map(_) => "Map",
+            Value::Opt(_) => "Option",
+            Value::Msg(_) => "message",
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn as_float(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) | Value::Instant(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Rank of the variant in the total order across variants.
+    fn rank(&self) -> u8 {
+        match self {
+            Value::Unit => 0,
+            Value::Bool(_) => 1,
+            Value::Int(_) => 2,
+            Value::Uint(_) => 3,
+            Value::Float(_) => 4,
+            Value::Str(_) => 5,
+            Value::Bytes(_) => 6,
+            Value::Instant(_) => 7,
+            Value::Pair(_) => 8,
+            Value::Vec(_) => 9,
+            Value::Map(_) => 10,
+            Value::Opt(_) => 11,
+            Value::Msg(_) => 12,
+        }
+    }
+
+    /// The language's `==`: IEEE equality for floats (NaN differs from itself), structural
+    /// equality otherwise. Rust's `Eq` on [`Value`] is the total order used for map keys.
+    pub fn lang_eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Float(a), Value::Float(b)) | (Value::Instant(a), Value::Instant(b)) => a == b,
+            (Value::Pair(a), Value::Pair(b)) => a.0.lang_eq(&b.0) && a.1.lang_eq(&b.1),
+            (Value::Vec(a), Value::Vec(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.lang_eq(y))
+            }
+            (Value::Opt(a), Value::Opt(b)) => match (a, b) {
+                (Some(a), Some(b)) => a.lang_eq(b),
+                (None, None) => true,
+                _ => false,
+            },
+            _ => self == other,
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Value {}
+
+impl PartialOrd for Value {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A total order, so values can key ordered maps. Floats use IEEE `totalOrder`.
+impl Ord for Value {
+    fn cmp(&self, other: &Self) -> Ordering {
+        use Value::*;
+        match (self, other) {
+            (Unit, Unit) => Ordering::Equal,
+            (Bool(a), Bool(b)) => a.cmp(b),
+            (Int(a), Int(b)) => a.cmp(b),
+            (Uint(a), Uint(b)) => a.cmp(b),
+            (Float(a), Float(b)) | (Instant(a), Instant(b)) => a.total_cmp(b),
+            (Str(a), Str(b)) => a.cmp(b),
+            (Bytes(a), Bytes(b)) => a.cmp(b),
+            (Pair(a), Pair(b)) => a.cmp(b),
+            (Vec(a), Vec(b)) => a.cmp(b),
+            (Map(a), Map(b)) => a.cmp(b),
+            (Opt(a), Opt(b)) => a.cmp(b),
+            (Msg(a), Msg(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Bool(v)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        Value::Uint(v)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Float(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Str(v.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_is_not_equal_to_itself_in_the_language_but_orders_in_maps() {
+        let nan = Value::Float(f64::NAN);
+        assert!(!nan.lang_eq(&nan));
+        let mut m = BTreeMap::new();
+        m.insert(nan.clone(), Value::Int(1));
+        assert_eq!(m.get(&nan), Some(&Value::Int(1)));
+    }
+
+    #[test]
+    fn order_is_total_across_variants() {
+        let mut v = vec![Value::str("b"), Value::Int(3), Value::Bool(true), Value::str("a")];
+        v.sort();
+        assert_eq!(v, vec![Value::Bool(true), Value::Int(3), Value::str("a"), Value::str("b")]);
+    }
+}

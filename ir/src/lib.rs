@@ -1,0 +1,6 @@
+//! Weft's element language: syntax, proto schemas, type checking, the typed IR, property
+//! analysis and the reference interpreter (the semantic oracle for every other executor).
+
+pub mod types;
+
+pub use types::Type;
