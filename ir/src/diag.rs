@@ -1,0 +1,267 @@
+//! Source files, spans and diagnostics.
+//!
+//! Diagnostics print as `path:line:col: error: message` (the form compilers, editors and CI
+//! log scanners already recognise), then the source line with a caret under the span and an
+//! optional hint. The renderer is small and exact on purpose: the format is part of Weft's
+//! interface and is pinned by snapshot tests.
+
+use std::fmt::Write as _;
+
+/// A byte range in one source file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Span {
+        // Source files are capped at u32::MAX bytes when loaded (see `SourceFile::new`).
+        Span {
+            start: start as u32,
+            end: end.max(start) as u32,
+        }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+
+    pub fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// The text of one source file and where its lines start.
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    pub path: String,
+    pub text: String,
+    line_starts: Vec<usize>,
+}
+
+/// Largest source file accepted; spans are 32-bit.
+pub const MAX_SOURCE_LEN: usize = 16 * 1024 * 1024;
+
+impl SourceFile {
+    pub fn new(path: impl Into<String>, text: impl Into<String>) -> SourceFile {
+        let mut text = text.into();
+        if text.len() > MAX_SOURCE_LEN {
+            // Keep spans in range; the lexer reports the truncation as an error.
+            let mut cut = MAX_SOURCE_LEN;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        SourceFile {
+            path: path.into(),
+            text,
+            line_starts,
+        }
+    }
+
+    /// 1-based line and 1-based column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: u32) -> (usize, usize) {
+        let offset = (offset as usize).min(self.text.len());
+        let line = match self.line_starts.binary_search(&offset) {
+            Ok(l) => l,
+            Err(l) => l - 1,
+        };
+        let start = self.line_starts[line];
+        let col = self
+            .text
+            .get(start..offset)
+            .map_or(0, |s| s.chars().count());
+        (line + 1, col + 1)
+    }
+
+    /// The text of a 1-based line, without its line break.
+    pub fn line_text(&self, line: usize) -> &str {
+        let Some(&start) = self.line_starts.get(line.wrapping_sub(1)) else {
+            return "";
+        };
+        let end = self
+            .line_starts
+            .get(line)
+            .map_or(self.text.len(), |e| e - 1);
+        let s = self.text.get(start..end).unwrap_or("");
+        s.strip_suffix('\r').unwrap_or(s)
+    }
+
+    pub fn slice(&self, span: Span) -> &str {
+        self.text
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or("")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+/// One problem found in a source file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub message: String,
+    pub span: Span,
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn error(span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Error,
+            message: message.into(),
+            span,
+            hint: None,
+        }
+    }
+
+    pub fn warning(span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Warning,
+            message: message.into(),
+            span,
+            hint: None,
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Diagnostic {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// Renders the diagnostic against the file it refers to.
+    pub fn render(&self, file: &SourceFile) -> String {
+        let (line, col) = file.line_col(self.span.start);
+        let severity = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let mut out = format!("{}:{line}:{col}: {severity}: {}\n", file.path, self.message);
+        let text = file.line_text(line);
+        let gutter = line.to_string().len();
+        let (shown, caret_at) = expand_tabs(text, col - 1);
+        let line_end = file
+            .line_starts
+            .get(line)
+            .map_or(file.text.len(), |e| e - 1) as u32;
+        let span_end = self.span.end.min(line_end).max(self.span.start);
+        let span_chars = file
+            .text
+            .get(self.span.start as usize..span_end as usize)
+            .map_or(0, |s| {
+                s.chars().map(|c| if c == '\t' { 4 } else { 1 }).sum()
+            });
+        let _ = writeln!(out, "{line:>gutter$} | {shown}");
+        let _ = writeln!(
+            out,
+            "{:gutter$} | {}{}",
+            "",
+            " ".repeat(caret_at),
+            "^".repeat(span_chars.max(1))
+        );
+        if let Some(hint) = &self.hint {
+            let _ = writeln!(out, "{:gutter$} = hint: {hint}", "");
+        }
+        out
+    }
+}
+
+/// Replaces tabs by 4 spaces (the language's tab width) and maps a character column to the
+/// display column of the expanded text.
+fn expand_tabs(text: &str, col: usize) -> (String, usize) {
+    let mut shown = String::with_capacity(text.len());
+    let mut caret_at = None;
+    for (i, c) in text.chars().enumerate() {
+        if i == col {
+            caret_at = Some(shown.chars().count());
+        }
+        if c == '\t' {
+            shown.push_str("    ");
+        } else {
+            shown.push(c);
+        }
+    }
+    let caret_at = caret_at.unwrap_or_else(|| shown.chars().count());
+    (shown, caret_at)
+}
+
+/// Renders every diagnostic of a file, errors and warnings in source order.
+pub fn render_all(file: &SourceFile, diags: &[Diagnostic]) -> String {
+    let mut sorted: Vec<&Diagnostic> = diags.iter().collect();
+    sorted.sort_by_key(|d| (d.span.start, std::cmp::Reverse(d.severity)));
+    sorted.iter().map(|d| d.render(file)).collect()
+}
+
+pub fn has_errors(diags: &[Diagnostic]) -> bool {
+    diags.iter().any(Diagnostic::is_error)
+}
+
+/// "did you mean `x`?" for the closest candidate, if any is close enough.
+pub fn did_you_mean<'a>(
+    wrong: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let best = candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(wrong, c), c))
+        .filter(|(d, c)| *d > 0 && *d <= (wrong.len().max(c.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)?;
+    Some(format!("did you mean `{}`?", best.1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_are_one_based() {
+        let f = SourceFile::new("a.weft", "ab\ncd\n");
+        assert_eq!(f.line_col(0), (1, 1));
+        assert_eq!(f.line_col(4), (2, 2));
+        assert_eq!(f.line_text(2), "cd");
+        assert_eq!(f.line_text(9), "");
+    }
+
+    #[test]
+    fn render_points_a_caret_under_the_span_with_tabs_expanded() {
+        let f = SourceFile::new("x.weft", "req(rpc):\n\tv = get(rpc, 'usr')\n");
+        let start = f.text.find("'usr'").unwrap();
+        let d = Diagnostic::error(Span::new(start, start + 5), "unknown field `usr`")
+            .with_hint("did you mean `user`?");
+        let out = d.render(&f);
+        let expected = "x.weft:2:15: error: unknown field `usr`\n\
+                        2 |     v = get(rpc, 'usr')\n\
+                        \x20 |                  ^^^^^\n\
+                        \x20 = hint: did you mean `user`?\n";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn did_you_mean_picks_close_names_only() {
+        assert_eq!(
+            did_you_mean("usr", ["user", "body"]).as_deref(),
+            Some("did you mean `user`?")
+        );
+        assert_eq!(did_you_mean("zzzzz", ["user", "body"]), None);
+    }
+}
