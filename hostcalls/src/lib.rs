@@ -5,8 +5,10 @@
 //! functions (hashing, AEAD, compression, quantiles…). One implementation of each built-in
 //! means one semantics.
 
+pub mod clock;
 pub mod status;
 pub mod value;
 
+pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use status::Code;
 pub use value::{Message, MsgKind, Value};
