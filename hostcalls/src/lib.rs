@@ -5,10 +5,14 @@
 //! functions (hashing, AEAD, compression, quantiles…). One implementation of each built-in
 //! means one semantics.
 
+pub mod builtins;
 pub mod clock;
+pub mod rng;
 pub mod status;
 pub mod value;
 
+pub use builtins::BuiltinError;
 pub use clock::{Clock, MonotonicClock, VirtualClock};
+pub use rng::{RandomSource, SeededRng};
 pub use status::Code;
 pub use value::{Message, MsgKind, Value};
