@@ -6,12 +6,14 @@
 //! means one semantics.
 
 pub mod builtins;
+pub mod channel;
 pub mod clock;
 pub mod rng;
 pub mod status;
 pub mod value;
 
 pub use builtins::BuiltinError;
+pub use channel::{ChannelRecord, ChannelSink};
 pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use rng::{RandomSource, SeededRng};
 pub use status::Code;
