@@ -9,6 +9,7 @@ pub mod builtins;
 pub mod channel;
 pub mod clock;
 pub mod rng;
+pub mod state;
 pub mod status;
 pub mod value;
 
@@ -16,5 +17,9 @@ pub use builtins::BuiltinError;
 pub use channel::{ChannelRecord, ChannelSink};
 pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use rng::{RandomSource, SeededRng};
+pub use state::{
+    CellKind, Combiner, Consistency, InstanceStore, LocalStore, SharedState, StateError,
+    StateStore, VarId, VarSpec,
+};
 pub use status::Code;
 pub use value::{Message, MsgKind, Value};
