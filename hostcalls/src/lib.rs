@@ -5,8 +5,21 @@
 //! functions (hashing, AEAD, compression, quantiles…). One implementation of each built-in
 //! means one semantics.
 
+pub mod builtins;
+pub mod channel;
+pub mod clock;
+pub mod rng;
+pub mod state;
 pub mod status;
 pub mod value;
 
+pub use builtins::BuiltinError;
+pub use channel::{ChannelRecord, ChannelSink};
+pub use clock::{Clock, MonotonicClock, VirtualClock};
+pub use rng::{RandomSource, SeededRng};
+pub use state::{
+    CellKind, Combiner, Consistency, InstanceStore, LocalStore, SharedState, StateError,
+    StateStore, VarId, VarSpec,
+};
 pub use status::Code;
 pub use value::{Message, MsgKind, Value};
