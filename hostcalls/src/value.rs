@@ -68,7 +68,10 @@ impl Message {
     }
 
     pub fn response(bytes: Vec<u8>) -> Self {
-        Message { kind: MsgKind::Response, ..Message::request(bytes) }
+        Message {
+            kind: MsgKind::Response,
+            ..Message::request(bytes)
+        }
     }
 
     /// A failed response: no payload, a status code and message.
@@ -272,8 +275,21 @@ mod tests {
 
     #[test]
     fn order_is_total_across_variants() {
-        let mut v = vec![Value::str("b"), Value::Int(3), Value::Bool(true), Value::str("a")];
+        let mut v = vec![
+            Value::str("b"),
+            Value::Int(3),
+            Value::Bool(true),
+            Value::str("a"),
+        ];
         v.sort();
-        assert_eq!(v, vec![Value::Bool(true), Value::Int(3), Value::str("a"), Value::str("b")]);
+        assert_eq!(
+            v,
+            vec![
+                Value::Bool(true),
+                Value::Int(3),
+                Value::str("a"),
+                Value::str("b")
+            ]
+        );
     }
 }

@@ -101,9 +101,9 @@ impl Type {
             Type::Request => Value::Msg(std::sync::Arc::new(weft_hostcalls::Message::request(
                 Vec::new(),
             ))),
-            Type::Response => Value::Msg(std::sync::Arc::new(
-                weft_hostcalls::Message::response(Vec::new()),
-            )),
+            Type::Response => Value::Msg(std::sync::Arc::new(weft_hostcalls::Message::response(
+                Vec::new(),
+            ))),
         }
     }
 
@@ -164,7 +164,10 @@ mod tests {
     fn display_uses_source_syntax() {
         let t = Type::map(Type::Int, Type::pair(Type::Int, Type::Instant));
         assert_eq!(t.to_string(), "Map<int, <int, Instant>>");
-        assert_eq!(Type::option(Type::vec(Type::Float)).to_string(), "Option<Vec<float>>");
+        assert_eq!(
+            Type::option(Type::vec(Type::Float)).to_string(),
+            "Option<Vec<float>>"
+        );
     }
 
     #[test]
