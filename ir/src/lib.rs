@@ -6,7 +6,9 @@ pub mod diag;
 pub mod lexer;
 pub mod parser;
 pub mod printer;
+pub mod schema;
 pub mod types;
+pub mod wire;
 
 pub use diag::{Diagnostic, Severity, SourceFile, Span};
 pub use types::Type;
