@@ -16,7 +16,7 @@ use crate::rng::RandomSource;
 use crate::value::{Message, MsgKind, Value};
 
 /// A built-in was called with arguments it has no answer for.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum BuiltinError {
     #[error("random_int({lo}, {hi}): the range is empty; `hi` must be greater than `lo`")]
     EmptyRange { lo: i64, hi: i64 },

@@ -189,9 +189,15 @@ pub trait StateStore {
     fn len(&mut self, var: VarId) -> Result<usize, StateError>;
     /// Entries in key order: `(Unit, v)` for a scalar, `(Int(i), v)` for a vector.
     fn entries(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError>;
+    /// Every variable as a whole value (scalar, `Value::Map`, `Value::Vec`), by name, as this
+    /// instance sees it (for state dumps and differential tests).
+    fn snapshot(&mut self) -> Vec<(String, Value)>;
 }
 
 impl<S: StateStore + ?Sized> StateStore for &mut S {
+    fn snapshot(&mut self) -> Vec<(String, Value)> {
+        (**self).snapshot()
+    }
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         (**self).get(var, key)
     }
@@ -414,6 +420,10 @@ impl LocalStore {
 }
 
 impl StateStore for LocalStore {
+    fn snapshot(&mut self) -> Vec<(String, Value)> {
+        LocalStore::snapshot(self)
+    }
+
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         let (spec, cell) = self.var(var)?;
         cell.get(spec, key)
@@ -860,6 +870,10 @@ impl Replica {
 }
 
 impl StateStore for InstanceStore {
+    fn snapshot(&mut self) -> Vec<(String, Value)> {
+        InstanceStore::snapshot(self)
+    }
+
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => cell.get(spec, key),

@@ -1,12 +1,26 @@
 //! Weft's element language: syntax, proto schemas, type checking, the typed IR, property
 //! analysis and the reference interpreter (the semantic oracle for every other executor).
+//!
+//! Pipeline: [`parser`] (with [`lexer`]) → [`check`] against a [`schema`] → [`ir`] →
+//! [`props`] for the planner, [`interp`] to run. [`config`] and [`load`] turn a chain config
+//! into checked elements; [`sim`] runs an edge over a trace in virtual time.
 
 pub mod ast;
+pub mod check;
+pub mod config;
 pub mod diag;
+pub mod eval;
+pub mod interp;
+pub mod ir;
+pub mod json;
 pub mod lexer;
+pub mod load;
 pub mod parser;
 pub mod printer;
+pub mod props;
 pub mod schema;
+pub mod sim;
+pub mod stdlib;
 pub mod types;
 pub mod wire;
 

@@ -1,1 +1,341 @@
-fn main() {}
+//! `weft`: check elements, print their properties, simulate a chain over a trace.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use weft_ir::check::{CheckEnv, check};
+use weft_ir::config::Config;
+use weft_ir::diag::{Diagnostic, SourceFile, has_errors, render_all};
+use weft_ir::ir::Params;
+use weft_ir::load::{LoadError, load_edge};
+use weft_ir::parser::parse;
+use weft_ir::schema::{MethodSchema, Schema};
+use weft_ir::sim::{SimOptions, parse_trace, simulate};
+
+#[derive(Parser)]
+#[command(
+    name = "weft",
+    version,
+    about = "Weft: service-mesh policy without sidecars"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and type-check element files; exit 1 if any has an error.
+    Check {
+        /// .proto files with the services' messages (fields are checked against them).
+        #[arg(long = "proto")]
+        protos: Vec<PathBuf>,
+        /// Check against this method (`pkg.Service/Method`); default: every method in the
+        /// protos, reporting for the one the element fits best.
+        #[arg(long)]
+        method: Option<String>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print an element's property record (fields, state, drops, channels, scopes) as JSON.
+    Props {
+        #[arg(long = "proto")]
+        protos: Vec<PathBuf>,
+        #[arg(long)]
+        method: Option<String>,
+        /// Bind a parameter: `--param field=user`. Values are YAML (`deny=[a, b]`).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        file: PathBuf,
+    },
+    /// Run an edge's chain over a trace of RPCs in virtual time; one JSON line per RPC.
+    Sim {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        edge: String,
+        /// JSON lines: {"id", "t", "method", "src", "headers", "req", "resp", "status", "t_resp"}.
+        #[arg(long)]
+        trace: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Write every element instance's final state here (JSON).
+        #[arg(long)]
+        dump_state: Option<PathBuf>,
+        /// Write channel records here (JSON lines).
+        #[arg(long)]
+        channels: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check {
+            protos,
+            method,
+            files,
+        } => cmd_check(&protos, method.as_deref(), &files),
+        Command::Props {
+            protos,
+            method,
+            params,
+            file,
+        } => cmd_props(&protos, method.as_deref(), &params, &file),
+        Command::Sim {
+            config,
+            edge,
+            trace,
+            seed,
+            dump_state,
+            channels,
+        } => cmd_sim(
+            &config,
+            &edge,
+            &trace,
+            seed,
+            dump_state.as_deref(),
+            channels.as_deref(),
+        ),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("weft: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_schema(protos: &[PathBuf]) -> Result<Option<Schema>> {
+    if protos.is_empty() {
+        return Ok(None);
+    }
+    let none: [PathBuf; 0] = [];
+    Ok(Some(Schema::load(protos, &none)?))
+}
+
+fn methods_of(schema: &Option<Schema>, method: Option<&str>) -> Result<Vec<MethodSchema>> {
+    let Some(schema) = schema else {
+        return Ok(Vec::new());
+    };
+    Ok(match method {
+        Some(m) => vec![schema.method(m)?],
+        None => schema.methods(),
+    })
+}
+
+fn read_source(path: &Path) -> Result<SourceFile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(SourceFile::new(path.display().to_string(), text))
+}
+
+fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Result<ExitCode> {
+    let schema = load_schema(protos)?;
+    let methods = methods_of(&schema, method)?;
+    let mut failed = 0;
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    for path in files {
+        let src = read_source(path)?;
+        let (ast, mut diags) = parse(&src);
+        if !has_errors(&diags) {
+            let name = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("element")
+                .to_owned();
+            let (more, fitted) = check_best(&ast, &name, &methods);
+            diags.extend(more);
+            if let Some(m) = fitted.filter(|_| methods.len() > 1) {
+                writeln!(err, "{}: checked against {m}", src.path)?;
+            }
+        }
+        write!(err, "{}", render_all(&src, &diags))?;
+        if has_errors(&diags) {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        writeln!(err, "weft: {failed} of {} file(s) have errors", files.len())?;
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks against each method and keeps the diagnostics of the method the element fits
+/// best (fewest errors); without methods, checks without a schema.
+fn check_best(
+    ast: &weft_ir::ast::ElementFile,
+    name: &str,
+    methods: &[MethodSchema],
+) -> (Vec<Diagnostic>, Option<String>) {
+    if methods.is_empty() {
+        let (_, d) = check(
+            ast,
+            &CheckEnv {
+                name: name.into(),
+                ..Default::default()
+            },
+        );
+        return (d, None);
+    }
+    let mut best: Option<(usize, Vec<Diagnostic>, String)> = None;
+    for m in methods {
+        let (_, d) = check(
+            ast,
+            &CheckEnv {
+                name: name.into(),
+                method: Some(m),
+                params: None,
+            },
+        );
+        let errors = d.iter().filter(|x| x.is_error()).count();
+        if best.as_ref().is_none_or(|(e, _, _)| errors < *e) {
+            best = Some((errors, d, m.full_name.clone()));
+        }
+    }
+    best.map(|(_, d, m)| (d, Some(m))).unwrap_or_default()
+}
+
+fn parse_params(params: &[String]) -> Result<Params> {
+    let mut out = Params::new();
+    for p in params {
+        let Some((k, v)) = p.split_once('=') else {
+            bail!("--param `{p}`: write NAME=VALUE")
+        };
+        let yaml: serde_norway::Value =
+            serde_norway::from_str(v).with_context(|| format!("--param {k}"))?;
+        let value =
+            weft_ir::config::yaml_value(&yaml).map_err(|m| anyhow::anyhow!("--param {k}: {m}"))?;
+        out.insert(k.to_owned(), value);
+    }
+    Ok(out)
+}
+
+fn cmd_props(
+    protos: &[PathBuf],
+    method: Option<&str>,
+    params: &[String],
+    file: &Path,
+) -> Result<ExitCode> {
+    let schema = load_schema(protos)?;
+    let methods = methods_of(&schema, method)?;
+    if methods.len() > 1 {
+        let names: Vec<&str> = methods.iter().map(|m| m.full_name.as_str()).collect();
+        bail!(
+            "the protos define {} methods; choose one with --method ({})",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    let params = parse_params(params)?;
+    let src = read_source(file)?;
+    let (ast, mut diags) = parse(&src);
+    let name = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("element")
+        .to_owned();
+    let mut element = None;
+    if !has_errors(&diags) {
+        let bound = (!params.is_empty()).then_some(&params);
+        let (e, d) = check(
+            &ast,
+            &CheckEnv {
+                name,
+                method: methods.first(),
+                params: bound,
+            },
+        );
+        diags.extend(d);
+        element = e;
+    }
+    eprint!("{}", render_all(&src, &diags));
+    let Some(element) = element else {
+        return Ok(ExitCode::from(1));
+    };
+    let props = weft_ir::props::analyse(&element);
+    println!("{}", serde_json::to_string_pretty(&props)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_sim(
+    config: &Path,
+    edge: &str,
+    trace: &Path,
+    seed: u64,
+    dump_state: Option<&Path>,
+    channels: Option<&Path>,
+) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let loaded = match load_edge(&cfg, edge) {
+        Ok(l) => l,
+        Err(LoadError::Diagnostics {
+            rendered,
+            count,
+            edge,
+        }) => {
+            eprint!("{rendered}");
+            eprintln!("weft: {count} error(s) in the elements of edge `{edge}`");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    eprint!("{}", loaded.warnings);
+    let text = std::fs::read_to_string(trace)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    let lines = parse_trace(&text).with_context(|| trace.display().to_string())?;
+    let report = simulate(
+        &loaded,
+        &lines,
+        SimOptions { seed },
+        cfg.sim.weak_sync_interval,
+    )?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for r in &report.results {
+        writeln!(out, "{}", r.to_json())?;
+    }
+    let render = |m: &weft_hostcalls::Message| weft_ir::sim::message_json(&loaded, m);
+    if let Some(path) = channels {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| path.display().to_string())?,
+        );
+        for c in &report.channels {
+            let line = serde_json::json!({
+                "element": c.element, "channel": c.channel, "rpc_id": c.rpc_id, "t": c.time,
+                "value": weft_ir::json::to_json(&c.value, &render),
+            });
+            writeln!(f, "{line}")?;
+        }
+    }
+    if let Some(path) = dump_state {
+        let mut state = serde_json::Map::new();
+        for (instance, vars) in &report.state {
+            let vars: serde_json::Map<String, serde_json::Value> = vars
+                .iter()
+                .map(|(k, v)| (k.clone(), weft_ir::json::to_json(v, &render)))
+                .collect();
+            state.insert(instance.clone(), serde_json::Value::Object(vars));
+        }
+        let errors: serde_json::Map<String, serde_json::Value> = report
+            .errors
+            .iter()
+            .map(|(k, (e, m))| {
+                (
+                    k.clone(),
+                    serde_json::json!({"runtime_errors": e, "malformed": m}),
+                )
+            })
+            .collect();
+        let doc = serde_json::json!({"state": state, "counters": errors});
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| path.display().to_string())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,383 @@
+//! The typed IR: what the checker produces and every executor consumes.
+//!
+//! It is a tree with structured control flow (match, foreach, atomic read-modify-write), so
+//! the interpreter walks it directly and the JIT lowers each construct to Cranelift blocks.
+//! Everything is resolved: locals are numbered slots with types, state variables and channels
+//! are indices, message fields are schema paths, built-ins are an enum, and element
+//! parameters are constants.
+
+use std::collections::BTreeMap;
+
+use weft_hostcalls::state::{CellKind, Combiner, Consistency};
+use weft_hostcalls::{Code, Value};
+
+use crate::ast::{BinOp, UnOp};
+use crate::diag::Span;
+use crate::schema::FieldPath;
+use crate::types::Type;
+
+pub type LocalId = usize;
+pub type VarId = usize;
+pub type ChannelId = usize;
+pub type MetaId = usize;
+
+/// One element, checked against one RPC method's schema with its parameters bound.
+#[derive(Clone, Debug)]
+pub struct Element {
+    /// Instance name in the chain (the element's file name unless the config renames it).
+    pub name: String,
+    /// Bound parameter values, in declaration order.
+    pub params: Vec<(String, Value)>,
+    pub state: Vec<StateVar>,
+    pub channels: Vec<String>,
+    /// Keys of the per-RPC scratch (`set_metadata`) with their value types.
+    pub metadata: Vec<(String, Type)>,
+    pub init: Body,
+    pub req: Body,
+    pub resp: Body,
+    /// Parameters with neither a config value nor a default (`weft check` / `weft props`
+    /// without a chain). They appear as [`ExprKind::Param`]; such an element cannot run.
+    pub unbound_params: Vec<String>,
+}
+
+impl Element {
+    /// Whether every executor can run it (all parameters bound, all fields resolved).
+    pub fn is_runnable(&self) -> bool {
+        self.unbound_params.is_empty()
+    }
+
+    pub fn var(&self, name: &str) -> Option<VarId> {
+        self.state.iter().position(|v| v.name == name)
+    }
+
+    pub fn body(&self, handler: Handler) -> &Body {
+        match handler {
+            Handler::Init => &self.init,
+            Handler::Req => &self.req,
+            Handler::Resp => &self.resp,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Handler {
+    Init,
+    Req,
+    Resp,
+}
+
+impl Handler {
+    pub fn name(self) -> &'static str {
+        match self {
+            Handler::Init => "init",
+            Handler::Req => "req",
+            Handler::Resp => "resp",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StateVar {
+    pub name: String,
+    pub ty: Type,
+    pub kind: CellKind,
+    pub consistency: Consistency,
+    pub combiner: Combiner,
+    pub persistence: bool,
+    /// Set when an `init` parameter of the same name initialises it (AppNet's
+    /// `init(max_concurrent_req):` form).
+    pub from_param: Option<Value>,
+    pub span: Span,
+}
+
+impl StateVar {
+    /// Type of a map value or vector element; the variable's type for scalars.
+    pub fn value_type(&self) -> &Type {
+        match &self.ty {
+            Type::Map(_, v) => v,
+            Type::Vec(t) => t,
+            t => t,
+        }
+    }
+
+    pub fn key_type(&self) -> Type {
+        match &self.ty {
+            Type::Map(k, _) => (**k).clone(),
+            Type::Vec(_) => Type::Int,
+            _ => Type::Unit,
+        }
+    }
+}
+
+/// A handler (or `init`) body with its local slots.
+#[derive(Clone, Debug, Default)]
+pub struct Body {
+    pub locals: Vec<Local>,
+    /// The slot holding the message (`rpc`) in `req`/`resp`.
+    pub msg: Option<LocalId>,
+    pub block: Block,
+}
+
+#[derive(Clone, Debug)]
+pub struct Local {
+    pub name: String,
+    pub ty: Type,
+}
+
+pub type Block = Vec<Stmt>;
+
+#[derive(Clone, Debug)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum StmtKind {
+    Assign {
+        local: LocalId,
+        value: Expr,
+    },
+    /// `(a, b) = pair`.
+    AssignPair {
+        first: LocalId,
+        second: LocalId,
+        value: Expr,
+    },
+    /// Assignment to a scalar state variable.
+    StateStore {
+        var: VarId,
+        value: Expr,
+    },
+    /// `set(map_or_vec_state, key, value)`.
+    StateSet {
+        var: VarId,
+        key: Expr,
+        value: Expr,
+    },
+    StateDelete {
+        var: VarId,
+        key: Expr,
+    },
+    /// `set(local_map_or_vec, key, value)` on a local value.
+    LocalSet {
+        local: LocalId,
+        key: Expr,
+        value: Expr,
+    },
+    LocalDelete {
+        local: LocalId,
+        key: Expr,
+    },
+    /// `set(rpc, 'a.b', value)`.
+    SetField {
+        msg: LocalId,
+        field: FieldPath,
+        value: Expr,
+    },
+    /// `set_rpc_header(rpc, name, value)`.
+    SetHeader {
+        msg: LocalId,
+        name: Expr,
+        value: Expr,
+    },
+    SetMetadata {
+        key: MetaId,
+        value: Expr,
+    },
+    /// An expression evaluated for its effects (a read-modify-write whose result is unused).
+    Eval(Expr),
+    Match {
+        scrutinee: Expr,
+        arms: Vec<Arm>,
+    },
+    ForEach {
+        coll: Collection,
+        binder: Binder,
+        body: Block,
+    },
+    /// Ends the handler (except channel sends).
+    Send(SendKind),
+    /// Returns from the innermost lambda: the result of a read-modify-write, or the next
+    /// iteration of a `foreach`.
+    Return(Option<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Collection {
+    State(VarId),
+    Value(Expr),
+}
+
+#[derive(Clone, Debug)]
+pub enum Binder {
+    One(LocalId),
+    /// `lambda(k, v)` over a map.
+    Pair(LocalId, LocalId),
+}
+
+#[derive(Clone, Debug)]
+pub struct Arm {
+    pub pattern: Pattern,
+    pub body: Block,
+}
+
+#[derive(Clone, Debug)]
+pub enum Pattern {
+    Wildcard,
+    Lit(Value),
+    Some(Option<LocalId>),
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub enum SendKind {
+    /// Towards the server (request handlers).
+    Down(Expr),
+    /// Towards the client: the response in `resp`, a local reply in `req`.
+    Up(Expr),
+    /// `send(err(message, CODE), Up)`.
+    Reject { code: Code, message: Expr },
+    /// A record to an auxiliary channel; does not end the handler.
+    Channel { channel: ChannelId, value: Expr },
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Const(Value),
+    /// An unbound parameter (only in elements that are not runnable).
+    Param(String),
+    Local(LocalId),
+    /// Read of a scalar state variable, or of a whole (local) state vector.
+    StateLoad(VarId),
+    /// `get(map_state, k)` → `Option<V>`; `get(vec_state, i)` → `T` (out of range is a
+    /// run-time error).
+    StateGet {
+        var: VarId,
+        key: Box<Expr>,
+    },
+    /// `get(map_state, k, lambda(v): …)`: atomic read-modify-write of one key. The binder
+    /// starts as the stored value (the zero value when missing); its final value is stored;
+    /// the expression's value is the lambda's `return` value.
+    StateRmw {
+        var: VarId,
+        key: Box<Expr>,
+        binder: LocalId,
+        body: Block,
+    },
+    StateSize(VarId),
+    /// `get(local_map, k)` → `Option<V>`; `get(local_vec, i)` → `T`.
+    ValueGet {
+        coll: Box<Expr>,
+        key: Box<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        operand: Box<Expr>,
+    },
+    /// `and`/`or` short-circuit; other operators evaluate both sides. Both operands have the
+    /// same type (the checker inserts conversions).
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    /// Numeric conversion inserted by the checker (int → float) or written (`float(x)`).
+    Convert {
+        operand: Box<Expr>,
+    },
+    /// `Option<T>` used where `T` is expected (AppNet files rely on it): `None` is a run-time
+    /// error.
+    Unwrap(Box<Expr>),
+    MakePair(Box<Expr>, Box<Expr>),
+    MakeSome(Box<Expr>),
+    Field {
+        msg: Box<Expr>,
+        field: FieldPath,
+    },
+    /// `get(rpc, 'meta_status')`: 'success' or 'failure'.
+    MetaStatus(Box<Expr>),
+    /// `get(rpc, 'meta_code')`: the numeric gRPC status.
+    MetaCode(Box<Expr>),
+    ByteSize {
+        msg: Box<Expr>,
+        field: Option<FieldPath>,
+    },
+    /// `get_rpc_header(rpc, name)`: the value, or '' when absent.
+    Header {
+        msg: Box<Expr>,
+        name: Box<Expr>,
+    },
+    Metadata(MetaId),
+    Call {
+        builtin: Builtin,
+        args: Vec<Expr>,
+    },
+}
+
+/// Built-in functions. Pure ones are folded when their arguments are constants; the others
+/// reach the host (clock, RNG, RPC context).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    RandomF,
+    RandomI,
+    RandomChoices,
+    CurrentTime,
+    TimeDiff,
+    Min,
+    Max,
+    Abs,
+    Hash,
+    Encrypt,
+    Decrypt,
+    Compress,
+    Decompress,
+    Quantile,
+    /// `size` of a local value (string, bytes, Vec, Map).
+    Size,
+    ToStr,
+    ToInt,
+    ToUint,
+    ToFloat,
+    ParseInt,
+    ParseFloat,
+    RpcId,
+    Method,
+    Src,
+    Dst,
+}
+
+impl Builtin {
+    /// Whether the result depends only on the arguments.
+    pub fn is_pure(self) -> bool {
+        !matches!(
+            self,
+            Builtin::RandomF
+                | Builtin::RandomI
+                | Builtin::RandomChoices
+                | Builtin::CurrentTime
+                | Builtin::Encrypt
+                | Builtin::RpcId
+                | Builtin::Method
+                | Builtin::Src
+                | Builtin::Dst
+        )
+    }
+
+    pub fn uses_randomness(self) -> bool {
+        matches!(
+            self,
+            Builtin::RandomF | Builtin::RandomI | Builtin::RandomChoices | Builtin::Encrypt
+        )
+    }
+}
+
+/// Parameter values bound by a chain config, by name.
+pub type Params = BTreeMap<String, Value>;

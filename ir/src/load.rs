@@ -1,0 +1,219 @@
+//! From a chain config to checked IR: find each element's source, parse it, and check it
+//! against every method of the edge with its parameters bound.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::ast::ElementFile;
+use crate::check::{CheckEnv, check};
+use crate::config::{Config, ConfigError, Edge, ElementUse, Position};
+use crate::diag::{Diagnostic, SourceFile, has_errors, render_all};
+use crate::ir::Element;
+use crate::parser::parse;
+use crate::schema::{MethodSchema, Schema, SchemaError};
+use crate::stdlib;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{file}: {source}")]
+    Schema { file: String, source: SchemaError },
+    #[error("{config}: edge `{edge}`, element `{element}`: {message}")]
+    Element {
+        config: String,
+        edge: String,
+        element: String,
+        message: String,
+    },
+    /// Element sources with errors; `rendered` holds every diagnostic with its caret.
+    #[error("{rendered}{count} error(s) in the elements of edge `{edge}`")]
+    Diagnostics {
+        edge: String,
+        rendered: String,
+        count: usize,
+    },
+}
+
+/// One element of a loaded edge.
+#[derive(Clone, Debug)]
+pub struct LoadedElement {
+    pub use_: ElementUse,
+    pub position: Position,
+    pub source: SourceFile,
+    pub ast: ElementFile,
+    /// The element checked against each method of the edge, by full method name.
+    pub ir: BTreeMap<String, Arc<Element>>,
+}
+
+/// An edge ready to run: schema, methods and elements in chain order.
+#[derive(Clone, Debug)]
+pub struct LoadedEdge {
+    pub edge: Edge,
+    pub schema: Arc<Schema>,
+    pub methods: Vec<MethodSchema>,
+    pub elements: Vec<LoadedElement>,
+    /// Rendered warnings from the element sources.
+    pub warnings: String,
+}
+
+impl LoadedEdge {
+    pub fn method(&self, name: &str) -> Option<&MethodSchema> {
+        let wanted = name.trim_start_matches('/').replace('.', "/");
+        self.methods.iter().find(|m| {
+            m.full_name == name
+                || m.full_name == name.trim_start_matches('/')
+                || m.full_name.replace('.', "/") == wanted
+                || m.full_name.rsplit('/').next() == Some(name)
+        })
+    }
+}
+
+pub fn load_schema(config: &Config) -> Result<Schema, LoadError> {
+    if config.protos.is_empty() {
+        return Err(LoadError::Config(ConfigError {
+            file: config.file.clone(),
+            location: String::new(),
+            message: "no `protos:` listed; Weft needs the services' .proto files to read messages"
+                .into(),
+            hint: Some("add `protos: [path/to/service.proto]`".into()),
+        }));
+    }
+    Schema::load(&config.protos, &config.proto_include).map_err(|source| LoadError::Schema {
+        file: config.file.clone(),
+        source,
+    })
+}
+
+/// The methods an edge covers: one, or every method of a service for `pkg.Svc/*`.
+pub fn edge_methods(
+    config: &Config,
+    schema: &Schema,
+    edge: &Edge,
+) -> Result<Vec<MethodSchema>, LoadError> {
+    let r = match edge.method.strip_suffix("/*") {
+        Some(service) => schema.service_methods(service),
+        None => schema.method(&edge.method).map(|m| vec![m]),
+    };
+    r.map_err(|e| LoadError::Element {
+        config: config.file.clone(),
+        edge: edge.name.clone(),
+        element: "-".into(),
+        message: format!("method `{}`: {e}", edge.method),
+    })
+}
+
+/// Finds an element's source: an explicit `path`, then `<name>.weft` / `<name>.appnet` in
+/// each `element_paths` directory, then the standard library.
+pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> {
+    if let Some(p) = &use_.path {
+        let full = config.dir.join(p);
+        return std::fs::read_to_string(&full)
+            .ok()
+            .map(|t| SourceFile::new(full.display().to_string(), t));
+    }
+    for dir in &config.element_paths {
+        for ext in ["weft", "appnet"] {
+            let p: PathBuf = dir.join(format!("{}.{ext}", use_.element));
+            if let Ok(t) = std::fs::read_to_string(&p) {
+                return Some(SourceFile::new(p.display().to_string(), t));
+            }
+        }
+    }
+    stdlib::source(&use_.element)
+        .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t))
+}
+
+/// Loads and checks every element of an edge.
+pub fn load_edge(config: &Config, edge_name: &str) -> Result<LoadedEdge, LoadError> {
+    let edge = config.edge(edge_name)?.clone();
+    let schema = Arc::new(load_schema(config)?);
+    let methods = edge_methods(config, &schema, &edge)?;
+    let mut elements = Vec::new();
+    let mut rendered = String::new();
+    let mut warnings = String::new();
+    let mut errors = 0;
+    for (position, use_) in edge.chain() {
+        let Some(source) = element_source(config, use_) else {
+            let mut known: Vec<String> = stdlib::names().map(str::to_owned).collect();
+            for dir in &config.element_paths {
+                known.extend(list_elements(dir));
+            }
+            let hint = crate::diag::did_you_mean(&use_.element, known.iter().map(String::as_str))
+                .map(|h| format!("; {h}"))
+                .unwrap_or_else(|| format!("; known elements: {}", known.join(", ")));
+            return Err(LoadError::Element {
+                config: config.file.clone(),
+                edge: edge.name.clone(),
+                element: use_.name.clone(),
+                message: format!("unknown element `{}`{hint}", use_.element),
+            });
+        };
+        let (ast, mut diags) = parse(&source);
+        let mut ir = BTreeMap::new();
+        if !has_errors(&diags) {
+            for m in &methods {
+                let env = CheckEnv {
+                    name: use_.name.clone(),
+                    method: Some(m),
+                    params: Some(&use_.params),
+                };
+                let (element, d) = check(&ast, &env);
+                push_unique(&mut diags, d);
+                if let Some(e) = element {
+                    ir.insert(m.full_name.clone(), Arc::new(e));
+                }
+            }
+        }
+        let (errs, warns): (Vec<Diagnostic>, Vec<Diagnostic>) =
+            diags.into_iter().partition(Diagnostic::is_error);
+        errors += errs.len();
+        rendered.push_str(&render_all(&source, &errs));
+        warnings.push_str(&render_all(&source, &warns));
+        elements.push(LoadedElement {
+            use_: use_.clone(),
+            position,
+            source,
+            ast,
+            ir,
+        });
+    }
+    if errors > 0 {
+        return Err(LoadError::Diagnostics {
+            edge: edge.name.clone(),
+            rendered,
+            count: errors,
+        });
+    }
+    Ok(LoadedEdge {
+        edge,
+        schema,
+        methods,
+        elements,
+        warnings,
+    })
+}
+
+/// Checking against several methods repeats method-independent diagnostics; keep one each.
+fn push_unique(into: &mut Vec<Diagnostic>, more: Vec<Diagnostic>) {
+    for d in more {
+        if !into.contains(&d) {
+            into.push(d);
+        }
+    }
+}
+
+fn list_elements(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let ext = p.extension()?.to_str()?;
+            (ext == "weft" || ext == "appnet")
+                .then(|| p.file_stem()?.to_str().map(str::to_owned))?
+        })
+        .collect()
+}

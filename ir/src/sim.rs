@@ -1,0 +1,770 @@
+//! The trace-driven simulator: runs an edge's chain over a stream of RPCs in virtual time.
+//!
+//! Requests and responses are events; a response is processed at the trace's `t_resp`, so
+//! RPCs overlap as they do in a service (a circuit breaker sees requests pile up). Each
+//! element has one instance per replica of the side it runs on — per caller (`src`) on the
+//! client side, per routed replica on the server side — and `@consistency` state is shared
+//! between instances through [`SharedState`], with weak replicas merged every
+//! `sim.weak_sync_interval` virtual seconds. Every instance has its own random stream derived
+//! from the seed and its name, so reordering elements never reshuffles another element's
+//! draws. The output is the oracle that every other executor is compared against.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+use weft_hostcalls::channel::ChannelRecord;
+use weft_hostcalls::clock::VirtualClock;
+use weft_hostcalls::rng::SeededRng;
+use weft_hostcalls::state::{CellKind, SharedState, StateStore, VarSpec};
+use weft_hostcalls::{Code, Message, Value};
+
+use crate::check::coerce_value;
+use crate::config::{Position, Side};
+use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
+use crate::ir::Element;
+use crate::json;
+use crate::load::LoadedEdge;
+use crate::schema::MethodSchema;
+use crate::wire;
+
+/// One RPC of a trace.
+#[derive(Clone, Debug)]
+pub struct TraceRpc {
+    /// Echoed in the output as given.
+    pub id: Json,
+    pub t: f64,
+    pub method: String,
+    pub src: String,
+    pub headers: BTreeMap<String, String>,
+    pub req: Json,
+    pub resp: Json,
+    pub resp_headers: BTreeMap<String, String>,
+    /// The server's status; a non-OK status makes the server answer with that error.
+    pub status: Code,
+    pub status_message: String,
+    /// When the server answers; absent means right after the request.
+    pub t_resp: Option<f64>,
+}
+
+/// A control-plane write in a trace: `{"t": 0, "control": {"element": "lb", "var":
+/// "replicas", "value": {…}}}` (with `"key"` to write one map entry).
+#[derive(Clone, Debug)]
+pub struct TraceControl {
+    pub t: f64,
+    pub element: String,
+    pub var: String,
+    pub key: Option<Json>,
+    pub value: Json,
+}
+
+#[derive(Clone, Debug)]
+pub enum TraceLine {
+    Rpc(TraceRpc),
+    Control(TraceControl),
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error("trace line {line}: {message}")]
+    Trace { line: usize, message: String },
+    #[error("element `{element}`: {message}")]
+    Element { element: String, message: String },
+}
+
+/// Reads a trace: one JSON object per line; blank lines and lines starting with `#` are
+/// skipped.
+pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let err = |message: String| SimError::Trace {
+            line: line_no,
+            message,
+        };
+        let j: Json = serde_json::from_str(l).map_err(|e| err(format!("not JSON: {e}")))?;
+        let Json::Object(o) = &j else {
+            return Err(err("each line must be a JSON object".into()));
+        };
+        let t = o
+            .get("t")
+            .map_or(Some(0.0), Json::as_f64)
+            .ok_or_else(|| err("`t` must be a number of seconds".into()))?;
+        if let Some(c) = o.get("control") {
+            let field = |k: &str| c.get(k).and_then(Json::as_str).map(str::to_owned);
+            out.push(TraceLine::Control(TraceControl {
+                t,
+                element: field("element").ok_or_else(|| err("control needs `element`".into()))?,
+                var: field("var").ok_or_else(|| err("control needs `var`".into()))?,
+                key: c.get("key").cloned(),
+                value: c
+                    .get("value")
+                    .cloned()
+                    .ok_or_else(|| err("control needs `value`".into()))?,
+            }));
+            continue;
+        }
+        let headers = |k: &str| -> Result<BTreeMap<String, String>, SimError> {
+            match o.get(k) {
+                None | Some(Json::Null) => Ok(BTreeMap::new()),
+                Some(Json::Object(h)) => h
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            Json::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        Ok((k.to_ascii_lowercase(), v))
+                    })
+                    .collect(),
+                Some(_) => Err(err(format!("`{k}` must be an object of strings"))),
+            }
+        };
+        let status = match o.get("status") {
+            None | Some(Json::Null) => Code::Ok,
+            Some(Json::String(s)) => s.parse().map_err(|e| err(format!("`status`: {e}")))?,
+            Some(_) => {
+                return Err(err(
+                    "`status` is a gRPC code name such as \"UNAVAILABLE\"".into()
+                ));
+            }
+        };
+        let t_resp = match o.get("t_resp") {
+            None | Some(Json::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .ok_or_else(|| err("`t_resp` must be a number".into()))?,
+            ),
+        };
+        if t_resp.is_some_and(|r| r < t) {
+            return Err(err("`t_resp` is before `t`".into()));
+        }
+        out.push(TraceLine::Rpc(TraceRpc {
+            id: o.get("id").cloned().unwrap_or_else(|| json!(line_no)),
+            t,
+            method: o
+                .get("method")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            src: o
+                .get("src")
+                .and_then(Json::as_str)
+                .unwrap_or("client")
+                .to_owned(),
+            headers: headers("headers")?,
+            req: o.get("req").cloned().unwrap_or_else(|| json!({})),
+            resp: o.get("resp").cloned().unwrap_or_else(|| json!({})),
+            resp_headers: headers("resp_headers")?,
+            status,
+            status_message: o
+                .get("status_message")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            t_resp,
+        }));
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The request reached the server.
+    Ok,
+    /// An element rejected the request.
+    Rejected,
+    /// An element answered locally.
+    Replied,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Rejected => "rejected",
+            Outcome::Replied => "replied",
+        }
+    }
+}
+
+/// What happened to one RPC.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcResult {
+    pub id: Json,
+    pub outcome: Outcome,
+    pub status: Code,
+    pub message: String,
+    pub server_saw: Option<Json>,
+    pub server_headers: BTreeMap<String, String>,
+    pub dst: Option<String>,
+    pub client_got: Option<Json>,
+    pub client_headers: BTreeMap<String, String>,
+}
+
+impl RpcResult {
+    pub fn to_json(&self) -> Json {
+        json!({
+            "id": self.id,
+            "outcome": self.outcome.name(),
+            "status": self.status.name(),
+            "message": self.message,
+            "server_saw": self.server_saw,
+            "server_headers": self.server_headers,
+            "dst": self.dst,
+            "client_got": self.client_got,
+            "client_headers": self.client_headers,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SimReport {
+    /// In trace order.
+    pub results: Vec<RpcResult>,
+    pub channels: Vec<ChannelRecord>,
+    /// Final state of every instance: `element@replica` → variable → value.
+    pub state: BTreeMap<String, BTreeMap<String, Value>>,
+    /// Run-time errors and malformed messages per instance.
+    pub errors: BTreeMap<String, (u64, u64)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    pub seed: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { seed: 1 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Event {
+    t: f64,
+    /// Responses before requests at the same instant: an answer that arrives at `t` frees
+    /// capacity for a request at `t`.
+    rank: u8,
+    seq: usize,
+    rpc: usize,
+}
+
+impl Eq for Event {}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: reverse for earliest first.
+        other
+            .t
+            .total_cmp(&self.t)
+            .then(other.rank.cmp(&self.rank))
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Per-RPC progress between its request and response events.
+struct InFlight {
+    info: RpcInfo,
+    method: usize,
+    /// The instance (element index, replica) that ran each element's request handler.
+    path: Vec<(usize, String)>,
+    outcome: Outcome,
+    /// Set when the request was answered or rejected before reaching the server.
+    early_response: Option<Message>,
+    server_request: Option<Message>,
+}
+
+struct InstanceSlot {
+    instance: Instance,
+}
+
+/// Simulates an edge over a trace.
+pub fn simulate(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+) -> Result<SimReport, SimError> {
+    let mut sim = Sim {
+        edge,
+        opts,
+        clock: VirtualClock::new(0.0),
+        shared: SharedState::new(),
+        instances: BTreeMap::new(),
+        channels: Vec::new(),
+        control: Vec::new(),
+        next_sync: sync_interval,
+        sync_interval,
+    };
+    let rpcs: Vec<&TraceRpc> = trace
+        .iter()
+        .filter_map(|l| match l {
+            TraceLine::Rpc(r) => Some(r),
+            TraceLine::Control(_) => None,
+        })
+        .collect();
+    let controls: Vec<&TraceControl> = trace
+        .iter()
+        .filter_map(|l| match l {
+            TraceLine::Control(c) => Some(c),
+            TraceLine::Rpc(_) => None,
+        })
+        .collect();
+    let mut heap = BinaryHeap::new();
+    for (i, r) in rpcs.iter().enumerate() {
+        heap.push(Event {
+            t: r.t,
+            rank: 1,
+            seq: i,
+            rpc: i,
+        });
+    }
+    let mut seq = rpcs.len();
+    let mut flights: Vec<Option<InFlight>> = (0..rpcs.len()).map(|_| None).collect();
+    let mut results: Vec<Option<RpcResult>> = vec![None; rpcs.len()];
+    let mut next_control = 0;
+    // Control-plane writes are applied in time order, before RPC events at the same time.
+    let mut controls_sorted = controls.clone();
+    controls_sorted.sort_by(|a, b| a.t.total_cmp(&b.t));
+    while let Some(ev) = heap.pop() {
+        while next_control < controls_sorted.len() && controls_sorted[next_control].t <= ev.t {
+            let c = controls_sorted[next_control];
+            sim.advance(c.t);
+            sim.control_write(c)?;
+            next_control += 1;
+        }
+        sim.advance(ev.t);
+        let r = rpcs[ev.rpc];
+        if ev.rank == 1 {
+            let flight = sim.request(ev.rpc, r)?;
+            let reached = flight.early_response.is_none();
+            flights[ev.rpc] = Some(flight);
+            if reached && r.t_resp.is_some() {
+                heap.push(Event {
+                    t: r.t_resp.unwrap_or(r.t),
+                    rank: 0,
+                    seq,
+                    rpc: ev.rpc,
+                });
+                seq += 1;
+                continue;
+            }
+        }
+        if let Some(flight) = flights[ev.rpc].take() {
+            results[ev.rpc] = Some(sim.response(r, flight)?);
+        }
+    }
+    for c in &controls_sorted[next_control..] {
+        sim.advance(c.t);
+        sim.control_write(c)?;
+    }
+    let mut state = BTreeMap::new();
+    let mut errors = BTreeMap::new();
+    for ((k, replica), slot) in &mut sim.instances {
+        let name = format!("{}@{replica}", edge.elements[*k].use_.name);
+        errors.insert(
+            name.clone(),
+            (slot.instance.errors, slot.instance.malformed),
+        );
+        let snap = snapshot(slot.instance.store.as_mut());
+        state.insert(name, snap);
+    }
+    Ok(SimReport {
+        results: results.into_iter().flatten().collect(),
+        channels: sim.channels,
+        state,
+        errors,
+    })
+}
+
+fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
+    store.snapshot().into_iter().collect()
+}
+
+struct Sim<'a> {
+    edge: &'a LoadedEdge,
+    opts: SimOptions,
+    clock: VirtualClock,
+    shared: SharedState,
+    instances: BTreeMap<(usize, String), InstanceSlot>,
+    channels: Vec<ChannelRecord>,
+    /// Control-plane writes so far, replayed into instances created later.
+    control: Vec<TraceControl>,
+    next_sync: f64,
+    sync_interval: f64,
+}
+
+impl Sim<'_> {
+    fn advance(&mut self, t: f64) {
+        while t >= self.next_sync {
+            self.clock.set(self.next_sync);
+            self.shared.sync();
+            self.next_sync += self.sync_interval;
+        }
+        self.clock.set(t);
+    }
+
+    fn side(&self, k: usize) -> Side {
+        let el = &self.edge.elements[k];
+        match el.position {
+            Position::Client | Position::PairFirst(_) => Side::Client,
+            Position::Server | Position::PairSecond(_) => Side::Server,
+            Position::Any => el.use_.constraints.side.unwrap_or(Side::Client),
+        }
+    }
+
+    fn ir(&self, k: usize, method: &MethodSchema) -> Result<Arc<Element>, SimError> {
+        let el = &self.edge.elements[k];
+        el.ir
+            .get(&method.full_name)
+            .cloned()
+            .ok_or_else(|| SimError::Element {
+                element: el.use_.name.clone(),
+                message: format!("not checked for method {}", method.full_name),
+            })
+    }
+
+    fn instance(
+        &mut self,
+        k: usize,
+        replica: &str,
+        method: &MethodSchema,
+    ) -> Result<&mut InstanceSlot, SimError> {
+        let key = (k, replica.to_owned());
+        if !self.instances.contains_key(&key) {
+            let ir = self.ir(k, method)?;
+            let el = &self.edge.elements[k];
+            let specs: Vec<VarSpec> = ir
+                .state
+                .iter()
+                .map(|v| VarSpec {
+                    name: v.name.clone(),
+                    kind: v.kind,
+                    consistency: v.consistency,
+                    combiner: v.combiner,
+                    zero: v.value_type().zero_value(),
+                })
+                .collect();
+            let scope = format!("{}/{}", self.edge.edge.name, el.use_.name);
+            let store = self.shared.instance_store(&scope, replica, &specs);
+            let rng = SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", el.use_.name));
+            let mut instance = Instance::new(el.use_.name.clone(), Box::new(store), Box::new(rng));
+            let mut host = Host {
+                clock: &self.clock,
+                channels: &mut self.channels,
+            };
+            interp::run_init(&mut instance, &ir, &mut host).map_err(|e| SimError::Element {
+                element: el.use_.name.clone(),
+                message: format!("`init` failed: {e}"),
+            })?;
+            for (var, value) in &el.use_.state {
+                write_state(&mut instance, &ir, var, None, value.clone()).map_err(|message| {
+                    SimError::Element {
+                        element: el.use_.name.clone(),
+                        message: format!("config state `{var}`: {message}"),
+                    }
+                })?;
+            }
+            for c in self.control.iter().filter(|c| c.element == el.use_.name) {
+                control_apply(&mut instance, &ir, c)?;
+            }
+            self.instances
+                .insert(key.clone(), InstanceSlot { instance });
+        }
+        self.instances
+            .get_mut(&key)
+            .ok_or_else(|| SimError::Element {
+                element: self.edge.elements[k].use_.name.clone(),
+                message: "instance vanished".into(),
+            })
+    }
+
+    fn control_write(&mut self, c: &TraceControl) -> Result<(), SimError> {
+        let Some(k) = self
+            .edge
+            .elements
+            .iter()
+            .position(|e| e.use_.name == c.element)
+        else {
+            return Err(SimError::Element {
+                element: c.element.clone(),
+                message: "no such element in this edge".into(),
+            });
+        };
+        let method = self
+            .edge
+            .methods
+            .first()
+            .cloned()
+            .ok_or_else(|| SimError::Element {
+                element: c.element.clone(),
+                message: "the edge has no methods".into(),
+            })?;
+        let ir = self.ir(k, &method)?;
+        for ((ek, _), slot) in self.instances.iter_mut() {
+            if *ek == k {
+                control_apply(&mut slot.instance, &ir, c)?;
+            }
+        }
+        self.control.push(c.clone());
+        Ok(())
+    }
+
+    fn replica_for(&self, k: usize, src: &str, msg: &Message) -> String {
+        match self.side(k) {
+            Side::Client => src.to_owned(),
+            Side::Server => msg
+                .headers
+                .get("dst")
+                .cloned()
+                .unwrap_or_else(|| self.edge.edge.to.clone()),
+        }
+    }
+
+    fn request(&mut self, index: usize, r: &TraceRpc) -> Result<InFlight, SimError> {
+        let line_err = |message: String| SimError::Trace {
+            line: index + 1,
+            message,
+        };
+        let method_pos = self
+            .edge
+            .methods
+            .iter()
+            .position(|m| {
+                self.edge
+                    .method(&r.method)
+                    .is_some_and(|x| x.full_name == m.full_name)
+                    || r.method.is_empty()
+            })
+            .ok_or_else(|| {
+                line_err(format!(
+                    "method `{}` is not on edge `{}`",
+                    r.method, self.edge.edge.name
+                ))
+            })?;
+        let method = self.edge.methods[method_pos].clone();
+        let bytes = wire::json_to_bytes(&method.request, &r.req)
+            .map_err(|e| line_err(format!("`req`: {e}")))?;
+        let mut msg = Message::request(bytes);
+        msg.headers = r.headers.clone();
+        let rpc_id = match &r.id {
+            Json::Number(n) => n.as_u64().unwrap_or(index as u64 + 1),
+            _ => index as u64 + 1,
+        };
+        let info = RpcInfo {
+            id: rpc_id,
+            method: method.full_name.clone(),
+            src: r.src.clone(),
+            service: self.edge.edge.to.clone(),
+            routed: None,
+        };
+        let mut flight = InFlight {
+            info,
+            method: method_pos,
+            path: Vec::new(),
+            outcome: Outcome::Ok,
+            early_response: None,
+            server_request: None,
+        };
+        for k in 0..self.edge.elements.len() {
+            let replica = self.replica_for(k, &r.src, &msg);
+            let ir = self.ir(k, &method)?;
+            flight.path.push((k, replica.clone()));
+            let clock = self.clock.clone();
+            let mut channels = std::mem::take(&mut self.channels);
+            let slot = self.instance(k, &replica, &method)?;
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut channels,
+            };
+            let verdict = interp::on_request(
+                &mut slot.instance,
+                &ir,
+                msg.clone(),
+                &flight.info,
+                &mut host,
+            );
+            self.channels = channels;
+            match verdict {
+                Verdict::Forward(m) => msg = m,
+                Verdict::Reject { code, message } => {
+                    flight.path.pop();
+                    flight.outcome = Outcome::Rejected;
+                    flight.early_response = Some(Message::error(code, message));
+                    return Ok(flight);
+                }
+                Verdict::Reply(m) => {
+                    flight.path.pop();
+                    flight.outcome = Outcome::Replied;
+                    flight.early_response = Some(m);
+                    return Ok(flight);
+                }
+            }
+        }
+        flight.info.routed = msg.headers.get("dst").cloned();
+        flight.server_request = Some(msg);
+        Ok(flight)
+    }
+
+    fn response(&mut self, r: &TraceRpc, mut flight: InFlight) -> Result<RpcResult, SimError> {
+        let method = self.edge.methods[flight.method].clone();
+        let mut resp = match flight.early_response.take() {
+            Some(m) => m,
+            None if r.status == Code::Ok => {
+                let bytes = wire::json_to_bytes(&method.response, &r.resp).map_err(|e| {
+                    SimError::Trace {
+                        line: 0,
+                        message: format!("rpc {}: `resp`: {e}", r.id),
+                    }
+                })?;
+                let mut m = Message::response(bytes);
+                m.headers = r.resp_headers.clone();
+                m
+            }
+            None => {
+                let mut m = Message::error(r.status, r.status_message.clone());
+                m.headers = r.resp_headers.clone();
+                m
+            }
+        };
+        for (k, replica) in flight.path.iter().rev() {
+            let ir = self.ir(*k, &method)?;
+            let clock = self.clock.clone();
+            let mut channels = std::mem::take(&mut self.channels);
+            let slot = self.instance(*k, replica, &method)?;
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut channels,
+            };
+            resp = interp::on_response(&mut slot.instance, &ir, resp, &flight.info, &mut host);
+            self.channels = channels;
+        }
+        let server = flight.server_request.as_ref();
+        let server_saw = match server {
+            Some(m) => Some(
+                wire::bytes_to_json(&method.request, &m.bytes)
+                    .unwrap_or_else(|e| json!({"malformed": e.to_string()})),
+            ),
+            None => None,
+        };
+        let mut server_headers = server.map(|m| m.headers.clone()).unwrap_or_default();
+        let dst = server_headers.remove("dst");
+        let client_got = (resp.code == Code::Ok).then(|| {
+            wire::bytes_to_json(&method.response, &resp.bytes)
+                .unwrap_or_else(|e| json!({"malformed": e.to_string()}))
+        });
+        Ok(RpcResult {
+            id: r.id.clone(),
+            outcome: flight.outcome,
+            status: resp.code,
+            message: resp.status_message.clone(),
+            server_saw,
+            server_headers,
+            dst,
+            client_got,
+            client_headers: resp.headers.clone(),
+        })
+    }
+}
+
+/// Applies a control-plane write to one instance.
+fn control_apply(instance: &mut Instance, ir: &Element, c: &TraceControl) -> Result<(), SimError> {
+    let err = |message: String| SimError::Element {
+        element: c.element.clone(),
+        message,
+    };
+    let Some(var) = ir.var(&c.var) else {
+        return Err(err(format!("has no state variable `{}`", c.var)));
+    };
+    let sv = &ir.state[var];
+    match &c.key {
+        Some(k) => {
+            let key = json::from_json(k, &sv.key_type())
+                .map_err(|m| err(format!("`{}` key: {m}", c.var)))?;
+            let value = json::from_json(&c.value, sv.value_type())
+                .map_err(|m| err(format!("`{}`: {m}", c.var)))?;
+            write_state(instance, ir, &c.var, Some(key), value).map_err(err)
+        }
+        None => {
+            let value =
+                json::from_json(&c.value, &sv.ty).map_err(|m| err(format!("`{}`: {m}", c.var)))?;
+            write_state(instance, ir, &c.var, None, value).map_err(err)
+        }
+    }
+}
+
+/// Writes a control-plane value: one entry when `key` is given, else the whole variable
+/// (a map's entries are merged in, a vector's elements appended, a scalar replaced).
+fn write_state(
+    instance: &mut Instance,
+    ir: &Element,
+    var_name: &str,
+    key: Option<Value>,
+    value: Value,
+) -> Result<(), String> {
+    let var = ir
+        .var(var_name)
+        .ok_or_else(|| format!("no state variable `{var_name}`"))?;
+    let sv = &ir.state[var];
+    let store = instance.store.as_mut();
+    if let Some(k) = key {
+        let v = coerce_value(value, sv.value_type())
+            .map_err(|found| format!("expected {}, found {found}", sv.value_type()))?;
+        return store.set(var, k, v).map_err(|e| e.to_string());
+    }
+    let v = coerce_value(value, &sv.ty)
+        .map_err(|found| format!("expected {}, found {found}", sv.ty))?;
+    match (sv.kind, v) {
+        (CellKind::Scalar, v) => store.set(var, Value::Unit, v).map_err(|e| e.to_string()),
+        (CellKind::Map, Value::Map(m)) => {
+            for (k, v) in m {
+                store.set(var, k, v).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        (CellKind::Vec, Value::Vec(items)) => {
+            for item in items {
+                let n = store.len(var).map_err(|e| e.to_string())?;
+                store
+                    .set(var, Value::Int(n as i64), item)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        (_, other) => Err(format!(
+            "cannot write a {} into `{var_name}`",
+            other.kind_name()
+        )),
+    }
+}
+
+/// Renders a message value held in state or written to a channel.
+pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
+    let desc = edge.methods.first().map(|mm| {
+        if m.kind == weft_hostcalls::MsgKind::Request {
+            &mm.request
+        } else {
+            &mm.response
+        }
+    });
+    let body = desc
+        .and_then(|d| wire::bytes_to_json(d, &m.bytes).ok())
+        .unwrap_or(Json::Null);
+    if m.code == Code::Ok {
+        json!({"message": body, "headers": m.headers})
+    } else {
+        json!({"status": m.code.name(), "message": m.status_message})
+    }
+}
