@@ -205,6 +205,8 @@ pub struct RpcResult {
     pub dst: Option<String>,
     pub client_got: Option<Json>,
     pub client_headers: BTreeMap<String, String>,
+    /// The element that rejected the request or answered it locally.
+    pub by: Option<String>,
 }
 
 impl RpcResult {
@@ -219,6 +221,7 @@ impl RpcResult {
             "dst": self.dst,
             "client_got": self.client_got,
             "client_headers": self.client_headers,
+            "by": self.by,
         })
     }
 }
@@ -281,6 +284,7 @@ struct InFlight {
     /// The instance (element index, replica) that ran each element's request handler.
     path: Vec<(usize, String)>,
     outcome: Outcome,
+    by: Option<String>,
     /// Set when the request was answered or rejected before reaching the server.
     early_response: Option<Message>,
     server_request: Option<Message>,
@@ -575,6 +579,7 @@ impl Sim<'_> {
             method: method_pos,
             path: Vec::new(),
             outcome: Outcome::Ok,
+            by: None,
             early_response: None,
             server_request: None,
         };
@@ -602,12 +607,14 @@ impl Sim<'_> {
                 Verdict::Reject { code, message } => {
                     flight.path.pop();
                     flight.outcome = Outcome::Rejected;
+                    flight.by = Some(self.edge.elements[k].use_.name.clone());
                     flight.early_response = Some(Message::error(code, message));
                     return Ok(flight);
                 }
                 Verdict::Reply(m) => {
                     flight.path.pop();
                     flight.outcome = Outcome::Replied;
+                    flight.by = Some(self.edge.elements[k].use_.name.clone());
                     flight.early_response = Some(m);
                     return Ok(flight);
                 }
@@ -675,6 +682,7 @@ impl Sim<'_> {
             dst,
             client_got,
             client_headers: resp.headers.clone(),
+            by: flight.by,
         })
     }
 }

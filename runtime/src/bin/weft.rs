@@ -68,7 +68,16 @@ enum Command {
         /// Write channel records here (JSON lines).
         #[arg(long)]
         channels: Option<PathBuf>,
+        /// `json`: one JSON object per RPC; `text`: one readable line per RPC.
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Json,
+    Text,
 }
 
 fn main() -> ExitCode {
@@ -92,14 +101,15 @@ fn main() -> ExitCode {
             seed,
             dump_state,
             channels,
-        } => cmd_sim(
-            &config,
-            &edge,
-            &trace,
-            seed,
-            dump_state.as_deref(),
-            channels.as_deref(),
-        ),
+            format,
+        } => {
+            let outputs = SimOutputs {
+                dump_state: dump_state.as_deref(),
+                channels: channels.as_deref(),
+                format,
+            };
+            cmd_sim(&config, &edge, &trace, seed, &outputs)
+        }
     };
     match result {
         Ok(code) => code,
@@ -151,8 +161,14 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
                 .to_owned();
             let (more, fitted) = check_best(&ast, &name, &methods);
             diags.extend(more);
-            if let Some(m) = fitted.filter(|_| methods.len() > 1) {
-                writeln!(err, "{}: checked against {m}", src.path)?;
+            if !diags.is_empty()
+                && let Some(m) = fitted.filter(|_| methods.len() > 1)
+            {
+                writeln!(
+                    err,
+                    "{}: checked against {m}, the method it fits best",
+                    src.path
+                )?;
             }
         }
         write!(err, "{}", render_all(&src, &diags))?;
@@ -164,6 +180,7 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
         writeln!(err, "weft: {failed} of {} file(s) have errors", files.len())?;
         return Ok(ExitCode::from(1));
     }
+    writeln!(err, "weft: {} file(s) checked, no errors", files.len())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -264,14 +281,20 @@ fn cmd_props(
     Ok(ExitCode::SUCCESS)
 }
 
+struct SimOutputs<'a> {
+    dump_state: Option<&'a Path>,
+    channels: Option<&'a Path>,
+    format: Format,
+}
+
 fn cmd_sim(
     config: &Path,
     edge: &str,
     trace: &Path,
     seed: u64,
-    dump_state: Option<&Path>,
-    channels: Option<&Path>,
+    outputs: &SimOutputs<'_>,
 ) -> Result<ExitCode> {
+    let (dump_state, channels) = (outputs.dump_state, outputs.channels);
     let cfg = Config::load(config)?;
     let loaded = match load_edge(&cfg, edge) {
         Ok(l) => l,
@@ -299,7 +322,10 @@ fn cmd_sim(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for r in &report.results {
-        writeln!(out, "{}", r.to_json())?;
+        match outputs.format {
+            Format::Json => writeln!(out, "{}", r.to_json())?,
+            Format::Text => writeln!(out, "{}", describe(r))?,
+        }
     }
     let render = |m: &weft_hostcalls::Message| weft_ir::sim::message_json(&loaded, m);
     if let Some(path) = channels {
@@ -338,4 +364,38 @@ fn cmd_sim(
             .with_context(|| path.display().to_string())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One readable line per RPC, for people (`make demo`).
+fn describe(r: &weft_ir::sim::RpcResult) -> String {
+    use weft_ir::sim::Outcome;
+    let id = match &r.id {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let what = match r.outcome {
+        Outcome::Ok => {
+            let routed = r
+                .dst
+                .as_ref()
+                .map(|d| format!(" (routed to {d})"))
+                .unwrap_or_default();
+            let saw = r
+                .server_saw
+                .as_ref()
+                .map(|j| j.to_string())
+                .unwrap_or_default();
+            format!("reached the server{routed}, which saw {saw}")
+        }
+        Outcome::Rejected => format!("rejected by {}", r.by.as_deref().unwrap_or("the chain")),
+        Outcome::Replied => format!(
+            "answered by {} without reaching the server",
+            r.by.as_deref().unwrap_or("the chain")
+        ),
+    };
+    let answer = match &r.client_got {
+        Some(j) => format!("client got {} {j}", r.status.name()),
+        None => format!("client got {} \"{}\"", r.status.name(), r.message),
+    };
+    format!("rpc {id:>3}: {what}; {answer}")
 }

@@ -1,0 +1,205 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The `weft` binary, driven as users drive it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value as Json;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn weft(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .expect("run weft")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn check_accepts_every_standard_element() {
+    let mut args = vec!["check", "--proto", "examples/echo/echo.proto"];
+    let files: Vec<String> = std::fs::read_dir(root().join("elements"))
+        .unwrap()
+        .map(|e| format!("elements/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    assert!(files.len() >= 17);
+    args.extend(files.iter().map(String::as_str));
+    let out = weft(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(": error:"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(": warning:"), "{}", stderr(&out));
+}
+
+#[test]
+fn check_reports_errors_with_location_caret_and_hint_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("weft-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.weft");
+    std::fs::write(&bad, "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    x = get(rpc, 'usr')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n").unwrap();
+    let out = weft(&[
+        "check",
+        "--proto",
+        "examples/echo/echo.proto",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let path = bad.display().to_string();
+    // Column 19 is the `u` of `usr`, after the opening quote.
+    assert!(err.contains(&format!("{path}:6:19: error: ")), "{err}");
+    assert!(err.contains("6 |     x = get(rpc, 'usr')"), "{err}");
+    assert!(err.contains("did you mean `user`?"), "{err}");
+    assert!(err.contains("^^^"), "{err}");
+}
+
+#[test]
+fn props_prints_the_property_record_with_parameters_bound() {
+    let out = weft(&[
+        "props",
+        "--proto",
+        "examples/echo/echo.proto",
+        "--method",
+        "echo.Echo/Say",
+        "--param",
+        "field=user",
+        "--param",
+        "deny=[mallory]",
+        "elements/firewall.weft",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Json = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(j["req"]["may_drop"], true);
+    assert_eq!(j["req"]["drop_depends_on_random"], false);
+    assert_eq!(j["req"]["fields_read"], serde_json::json!(["user"]));
+    assert_eq!(j["req"]["fields_written"], serde_json::json!([]));
+    assert_eq!(j["resp"]["may_drop"], false);
+    assert_eq!(j["init"]["state_written"], serde_json::json!(["denied"]));
+}
+
+#[test]
+fn sim_runs_the_example_chain() {
+    let dir = std::env::temp_dir().join(format!("weft-cli-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let channels = dir.join("channels.jsonl");
+    let state = dir.join("state.json");
+    let out = weft(&[
+        "sim",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--trace",
+        "examples/echo/trace.jsonl",
+        "--channels",
+        channels.to_str().unwrap(),
+        "--dump-state",
+        state.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<Json> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary: Vec<(String, String, Json)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap().into(),
+                r["status"].as_str().unwrap().into(),
+                r["by"].clone(),
+            )
+        })
+        .collect();
+    // Ratelimit holds 5 tokens refilled at 1/s; rpcs 1-5 take them (mallory's rejected
+    // request included: the limiter runs before the firewall), so at t=0.41 the bucket
+    // holds 0.41 tokens. "hello" again is a cache hit. Rpc 4's server fails.
+    let expected = [
+        ("ok", "OK", Json::Null),
+        ("rejected", "PERMISSION_DENIED", "firewall".into()),
+        ("replied", "OK", "cache".into()),
+        ("ok", "UNAVAILABLE", Json::Null),
+        ("ok", "OK", Json::Null),
+        ("rejected", "RESOURCE_EXHAUSTED", "ratelimit".into()),
+        ("rejected", "RESOURCE_EXHAUSTED", "ratelimit".into()),
+        ("ok", "OK", Json::Null),
+    ];
+    let expected: Vec<(String, String, Json)> = expected
+        .into_iter()
+        .map(|(a, b, c)| (a.into(), b.into(), c))
+        .collect();
+    assert_eq!(summary, expected);
+    assert_eq!(
+        rows[2]["client_got"]["served_by"], "echo-0",
+        "the cached response of rpc 1"
+    );
+    assert_eq!(rows[2]["server_saw"], Json::Null);
+    assert_eq!(rows[3]["message"], "echo is restarting");
+
+    // Logging is first: every rpc's request and response are logged (16 records); metrics is
+    // last: only the 4 rpcs that reached the server have a latency, t_resp - t.
+    let records: Vec<Json> = std::fs::read_to_string(&channels)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.iter().filter(|r| r["channel"] == "log").count(), 16);
+    let latencies: Vec<(u64, f64)> = records
+        .iter()
+        .filter(|r| r["channel"] == "latency")
+        .map(|r| (r["rpc_id"].as_u64().unwrap(), r["value"].as_f64().unwrap()))
+        .collect();
+    let ids: Vec<u64> = latencies.iter().map(|l| l.0).collect();
+    assert_eq!(ids, vec![1, 4, 5, 8]);
+    for ((_, got), want) in latencies.iter().zip([0.004, 0.01, 0.0, 0.0]) {
+        assert!((got - want).abs() < 1e-9, "latency {got} vs {want}");
+    }
+    let dump: Json = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(dump["state"]["metrics@echo"]["total"], 4);
+    assert_eq!(dump["state"]["metrics@echo"]["failed"], 1);
+}
+
+#[test]
+fn bad_inputs_get_a_clear_answer() {
+    let out = weft(&[
+        "sim",
+        "--config",
+        "no/such/weft.yaml",
+        "--edge",
+        "x",
+        "--trace",
+        "t",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot read the chain config"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = weft(&[
+        "sim",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->ehco",
+        "--trace",
+        "examples/echo/trace.jsonl",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("did you mean `frontend->echo`?"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The standard library and the example chain must check cleanly with the shipped binary
+# (the CLI path users take), not only through the library API the unit tests use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build -q --bin weft
+./target/debug/weft check --proto examples/echo/echo.proto elements/*.weft
+./target/debug/weft sim --config examples/echo/weft.yaml --edge 'frontend->echo' \
+    --trace examples/echo/trace.jsonl >/dev/null
+echo "check-elements: ok"
