@@ -16,7 +16,7 @@ use crate::ast::{self, BinOp, Lit, UnOp};
 use crate::diag::{Diagnostic, Span, did_you_mean};
 use crate::eval;
 use crate::ir::*;
-use crate::schema::{FieldPath, MethodSchema, resolve_path};
+use crate::schema::{FieldPath, MethodSchema, resolve_path, resolve_payload_path};
 use crate::types::Type;
 
 /// What an element is checked against.
@@ -1063,7 +1063,7 @@ impl Checker<'_> {
         };
         match t.ty.clone() {
             Type::Request | Type::Response => {
-                let field = self.field_ref(&t.ty, &args[1], true)?;
+                let field = self.field_ref(&t.ty, &args[1], false)?;
                 let FieldRef::Path(field) = field else {
                     self.error(args[1].span, "`meta_status` and `meta_code` are read-only");
                     return None;
@@ -2692,7 +2692,7 @@ impl Checker<'_> {
         }
         let field = match args.get(1) {
             None => None,
-            Some(f) => match self.field_ref(&m.ty.clone(), f, false) {
+            Some(f) => match self.field_ref(&m.ty.clone(), f, true) {
                 Some(FieldRef::Path(p)) => Some(p),
                 Some(_) => {
                     self.error(f.span, "`meta_status`/`meta_code` are not encoded fields");
@@ -2712,7 +2712,8 @@ impl Checker<'_> {
     }
 
     /// Resolves a field-name argument against the message type's schema.
-    fn field_ref(&mut self, msg_ty: &Type, arg: &ast::Expr, for_write: bool) -> Option<FieldRef> {
+    /// `payload`: `byte_size` may name a message-typed field (its encoded length).
+    fn field_ref(&mut self, msg_ty: &Type, arg: &ast::Expr, payload: bool) -> Option<FieldRef> {
         let name = self.expr(arg, Some(&Type::Str));
         let (text, literal) = match &name.kind {
             ExprKind::Const(Value::Str(s)) => {
@@ -2736,7 +2737,6 @@ impl Checker<'_> {
                 );
                 return None;
             }
-            let _ = for_write;
             return Some(if text == "meta_status" {
                 FieldRef::MetaStatus
             } else {
@@ -2754,7 +2754,12 @@ impl Checker<'_> {
         } else {
             &method.response
         };
-        match resolve_path(desc, &text) {
+        let resolved = if payload {
+            resolve_payload_path(desc, &text)
+        } else {
+            resolve_path(desc, &text)
+        };
+        match resolved {
             Ok(p) => Some(FieldRef::Path(p)),
             Err(e) => {
                 // Point at the offending segment inside the literal (after the quote).
