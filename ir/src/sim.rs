@@ -32,6 +32,8 @@ use crate::wire;
 /// One RPC of a trace.
 #[derive(Clone, Debug)]
 pub struct TraceRpc {
+    /// Line of the trace file (for messages).
+    pub line: usize,
     /// Echoed in the output as given.
     pub id: Json,
     pub t: f64,
@@ -145,6 +147,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
             return Err(err("`t_resp` is before `t`".into()));
         }
         out.push(TraceLine::Rpc(TraceRpc {
+            line: line_no,
             id: o.get("id").cloned().unwrap_or_else(|| json!(line_no)),
             t,
             method: o
@@ -352,7 +355,7 @@ pub fn simulate(
         sim.advance(ev.t);
         let r = rpcs[ev.rpc];
         if ev.rank == 1 {
-            let flight = sim.request(ev.rpc, r)?;
+            let flight = sim.request(r)?;
             let reached = flight.early_response.is_none();
             flights[ev.rpc] = Some(flight);
             if reached && r.t_resp.is_some() {
@@ -412,10 +415,13 @@ struct Sim<'a> {
 
 impl Sim<'_> {
     fn advance(&mut self, t: f64) {
-        while t >= self.next_sync {
-            self.clock.set(self.next_sync);
+        if t >= self.next_sync {
+            // Merging is idempotent when nothing was written in between, so one merge stands
+            // for every interval that passed (a jump of hours in a trace costs one merge).
+            let missed = ((t - self.next_sync) / self.sync_interval).floor();
+            self.clock.set(self.next_sync + missed * self.sync_interval);
             self.shared.sync();
-            self.next_sync += self.sync_interval;
+            self.next_sync += (missed + 1.0) * self.sync_interval;
         }
         self.clock.set(t);
     }
@@ -537,9 +543,9 @@ impl Sim<'_> {
         }
     }
 
-    fn request(&mut self, index: usize, r: &TraceRpc) -> Result<InFlight, SimError> {
+    fn request(&mut self, r: &TraceRpc) -> Result<InFlight, SimError> {
         let line_err = |message: String| SimError::Trace {
-            line: index + 1,
+            line: r.line,
             message,
         };
         let method_pos = self
@@ -564,8 +570,8 @@ impl Sim<'_> {
         let mut msg = Message::request(bytes);
         msg.headers = r.headers.clone();
         let rpc_id = match &r.id {
-            Json::Number(n) => n.as_u64().unwrap_or(index as u64 + 1),
-            _ => index as u64 + 1,
+            Json::Number(n) => n.as_u64().unwrap_or(r.line as u64),
+            _ => r.line as u64,
         };
         let info = RpcInfo {
             id: rpc_id,
@@ -774,5 +780,30 @@ pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
         json!({"message": body, "headers": m.headers})
     } else {
         json!({"status": m.code.name(), "message": m.status_message})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_errors_name_the_file_line() {
+        let text = "# comment\n\n{\"t\": 0}\n{\"t\": \"soon\"}\n";
+        match parse_trace(text) {
+            Err(SimError::Trace { line, message }) => {
+                assert_eq!(line, 4);
+                assert!(message.contains("`t`"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let ok = parse_trace("# c\n{\"id\": \"x\", \"t\": 1}\n").unwrap();
+        let TraceLine::Rpc(r) = &ok[0] else { panic!() };
+        assert_eq!(r.line, 2);
+    }
+
+    #[test]
+    fn t_resp_before_t_is_refused() {
+        assert!(parse_trace("{\"t\": 2, \"t_resp\": 1}\n").is_err());
     }
 }
