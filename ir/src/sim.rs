@@ -706,7 +706,8 @@ fn control_apply(instance: &mut Instance, ir: &Element, c: &TraceControl) -> Res
 }
 
 /// Writes a control-plane value: one entry when `key` is given, else the whole variable
-/// (a map's entries are merged in, a vector's elements appended, a scalar replaced).
+/// (a map's entries are merged in; a vector and a scalar are replaced, so a control plane
+/// that publishes a new replica list drops the replicas it left out).
 fn write_state(
     instance: &mut Instance,
     ir: &Element,
@@ -735,6 +736,11 @@ fn write_state(
             Ok(())
         }
         (CellKind::Vec, Value::Vec(items)) => {
+            for i in (0..store.len(var).map_err(|e| e.to_string())?).rev() {
+                store
+                    .delete(var, &Value::Int(i as i64))
+                    .map_err(|e| e.to_string())?;
+            }
             for item in items {
                 let n = store.len(var).map_err(|e| e.to_string())?;
                 store
