@@ -65,17 +65,22 @@ impl Scenario {
         self.run_seed(trace, 1)
     }
 
-    /// Serialises the lines as a JSONL trace, parses it back and simulates it.
+    /// Serialises the lines as a JSONL trace, parses it back and simulates it. No scenario
+    /// expects a run-time error or a malformed message, so any is a failure.
     pub fn run_seed(&self, trace: impl IntoIterator<Item = Line>, seed: u64) -> SimReport {
         let text: Vec<String> = trace.into_iter().map(|l| l.0.to_string()).collect();
         let lines = parse_trace(&text.join("\n")).expect("the trace parses");
-        simulate(
+        let report = simulate(
             &self.edge,
             &lines,
             SimOptions { seed },
             self.config.sim.weak_sync_interval,
         )
-        .expect("the simulation runs")
+        .expect("the simulation runs");
+        for (instance, counters) in &report.errors {
+            assert_eq!(*counters, (0, 0), "{instance}: (run-time errors, malformed)");
+        }
+        report
     }
 
     /// Decodes a message value (from state or a channel) of this edge's method to JSON.
