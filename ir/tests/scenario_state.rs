@@ -122,3 +122,86 @@ fn weak_state_converges_to_the_total_once_traffic_stops() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------
+// control-plane writes to shared state: one write to the shared variable, not one per instance
+
+fn quota_trace() -> Vec<Line> {
+    vec![
+        rpc(1, 1.0).src("a"),
+        rpc(2, 2.0).src("a"),
+        // b and c join later; the quota they see is what a left, not a fresh copy.
+        rpc(3, 3.0).src("b"),
+        rpc(4, 4.0).src("b"),
+        rpc(5, 5.0).src("c"),
+    ]
+}
+
+fn assert_quota_of_three(report: &SimReport) {
+    for id in 1..=3 {
+        assert_ok(result(report, id));
+    }
+    for id in 4..=5 {
+        assert_rejected(
+            result(report, id),
+            weft_hostcalls::Code::ResourceExhausted,
+            "quota",
+        );
+    }
+    for replica in ["a", "b", "c"] {
+        assert_eq!(
+            state_int(report, &format!("strong_quota@{replica}"), "quota"),
+            0
+        );
+    }
+}
+
+#[test]
+fn config_state_of_a_strong_variable_is_written_once() {
+    let sc = Scenario::new("client:\n  - element: strong_quota\n    state: {quota: 3}");
+    assert_quota_of_three(&sc.run(quota_trace()));
+}
+
+#[test]
+fn control_writes_to_a_strong_variable_are_not_replayed_into_new_instances() {
+    let sc = Scenario::new("client:\n  - strong_quota");
+    let mut trace = vec![control(0.0, "strong_quota", "quota", serde_json::json!(3))];
+    trace.extend(quota_trace());
+    let report = sc.run(trace.clone());
+    assert_quota_of_three(&report);
+
+    // A later write is seen by every replica, old and new, once.
+    trace.push(control(10.0, "strong_quota", "quota", serde_json::json!(1)));
+    trace.push(rpc(6, 11.0).src("d"));
+    trace.push(rpc(7, 12.0).src("a"));
+    let report = sc.run(trace);
+    assert_ok(result(&report, 6));
+    assert_rejected(
+        result(&report, 7),
+        weft_hostcalls::Code::ResourceExhausted,
+        "quota",
+    );
+}
+
+#[test]
+fn control_writes_to_a_weak_sum_variable_count_once() {
+    let sc = Scenario::with_sim("weak_sync_interval: 1", "client:\n  - weak_budget");
+    let trace = vec![
+        control(0.0, "weak_budget", "budget", serde_json::json!(10)),
+        // After the sync at t = 1 every replica starts from 10, and each takes one unit.
+        rpc(1, 1.5).src("a"),
+        rpc(2, 1.6).src("b"),
+        // Sync at t = 2: 10 - 1 - 1.
+        rpc(3, 2.5).src("c"),
+        rpc(4, 2.6).src("a"),
+    ];
+    let report = sc.run(trace);
+    let seen: Vec<&str> = report
+        .results
+        .iter()
+        .map(|r| {
+            assert_ok(r);
+            r.server_headers["x-budget"].as_str()
+        })
+        .collect();
+    assert_eq!(seen, ["10", "10", "8", "8"]);
+}
