@@ -521,9 +521,9 @@ impl Sim<'_> {
             // One write to the shared variable, as a control plane makes it: through a store
             // of its own (for weak state, a replica that merges at the next sync), never
             // repeated per instance nor replayed into instances created later.
-            let mut store = self
-                .shared
-                .instance_store(&self.scope(k), CONTROL_PLANE, &var_specs(&ir));
+            let mut store =
+                self.shared
+                    .instance_store(&self.scope(k), CONTROL_PLANE, &var_specs(&ir));
             return control_apply(&mut store, &ir, c);
         }
         for ((ek, _), slot) in self.instances.iter_mut() {
@@ -537,7 +537,10 @@ impl Sim<'_> {
 
     /// Where the instances of element `k` share their state.
     fn scope(&self, k: usize) -> String {
-        format!("{}/{}", self.edge.edge.name, self.edge.elements[k].use_.name)
+        format!(
+            "{}/{}",
+            self.edge.edge.name, self.edge.elements[k].use_.name
+        )
     }
 
     fn replica_for(&self, k: usize, src: &str, msg: &Message) -> String {

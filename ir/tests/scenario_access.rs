@@ -42,9 +42,12 @@ fn firewall_denies_listed_users_and_allows_everyone_else() {
     }
     // `init` turned the deny list into the map, and requests never change it.
     let denied: Value = Value::Map(
-        [(s("eve"), Value::Bool(true)), (s("mallory"), Value::Bool(true))]
-            .into_iter()
-            .collect(),
+        [
+            (s("eve"), Value::Bool(true)),
+            (s("mallory"), Value::Bool(true)),
+        ]
+        .into_iter()
+        .collect(),
     );
     assert_eq!(state(&report, "firewall@client", "denied"), &denied);
 }
@@ -255,10 +258,7 @@ fn circuitbreaker_frees_slots_on_errors_and_downstream_rejections() {
     let trace = vec![
         rpc(1, 0.0).user("alice").t_resp(5.0),
         // Fails at t = 3 with UNAVAILABLE from the server: still frees its slot.
-        rpc(2, 1.0)
-            .user("bob")
-            .t_resp(3.0)
-            .status("UNAVAILABLE"),
+        rpc(2, 1.0).user("bob").t_resp(3.0).status("UNAVAILABLE"),
         // 1 and 2 in flight: full.
         rpc(3, 2.0).user("carol"),
         // 2's error arrives at t = 3 before this request (responses first at one instant).
@@ -287,10 +287,7 @@ fn circuitbreaker_frees_slots_on_errors_and_downstream_rejections() {
     assert_rejected(result(&report, 8), Code::Unavailable, "circuit_breaker");
     assert_ok(result(&report, 9));
     // Everything admitted has answered by t = 10.
-    assert_eq!(
-        state_int(&report, "circuitbreaker@client", "pending"),
-        0
-    );
+    assert_eq!(state_int(&report, "circuitbreaker@client", "pending"), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

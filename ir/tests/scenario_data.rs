@@ -26,15 +26,22 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
             .body("x")
             .resp(json!({"body": "X1", "served_by": "s1"})),
         // Same key: answered from the cache; the server's answer in the trace is never used.
-        rpc(2, 1.0).body("x").resp(json!({"body": "not from the server"})),
+        rpc(2, 1.0)
+            .body("x")
+            .resp(json!({"body": "not from the server"})),
         // An error response is not stored...
         rpc(3, 2.0).body("y").status("UNAVAILABLE"),
         // ...so the next request for `y` goes to the server, and its success is stored.
         rpc(4, 3.0).body("y").resp(json!({"body": "Y"})),
-        rpc(5, 4.0).body("y").resp(json!({"body": "not from the server"})),
+        rpc(5, 4.0)
+            .body("y")
+            .resp(json!({"body": "not from the server"})),
         // Overlapping misses: both reach the server (nothing stored yet at t = 6); the later
         // answer (6's, at t = 7) overwrites the earlier one (7's, at t = 6).
-        rpc(6, 5.0).body("z").t_resp(7.0).resp(json!({"body": "Z6"})),
+        rpc(6, 5.0)
+            .body("z")
+            .t_resp(7.0)
+            .resp(json!({"body": "Z6"})),
         rpc(7, 6.0).body("z").resp(json!({"body": "Z7"})),
         rpc(8, 8.0).body("z"),
     ];
@@ -43,14 +50,20 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
     let r1 = result(&report, 1);
     assert_ok(r1);
     assert_eq!(r1.server_saw, Some(json!({"body": "x"})));
-    assert_eq!(r1.client_got, Some(json!({"body": "X1", "served_by": "s1"})));
+    assert_eq!(
+        r1.client_got,
+        Some(json!({"body": "X1", "served_by": "s1"}))
+    );
 
     let r2 = result(&report, 2);
     assert_eq!(
         (r2.outcome, r2.status, r2.server_saw.clone()),
         (Outcome::Replied, Code::Ok, None)
     );
-    assert_eq!(r2.client_got, Some(json!({"body": "X1", "served_by": "s1"})));
+    assert_eq!(
+        r2.client_got,
+        Some(json!({"body": "X1", "served_by": "s1"}))
+    );
 
     let r3 = result(&report, 3);
     assert_eq!((r3.outcome, r3.status), (Outcome::Ok, Code::Unavailable));
@@ -58,7 +71,10 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
     assert_ok(r4);
     assert_eq!(r4.client_got, Some(json!({"body": "Y"})));
     let r5 = result(&report, 5);
-    assert_eq!((r5.outcome, r5.server_saw.clone()), (Outcome::Replied, None));
+    assert_eq!(
+        (r5.outcome, r5.server_saw.clone()),
+        (Outcome::Replied, None)
+    );
     assert_eq!(r5.client_got, Some(json!({"body": "Y"})));
 
     assert_ok(result(&report, 6));
@@ -124,7 +140,10 @@ fn encrypt_decrypt_round_trip_with_ciphertext_in_between() {
     let logged = records(&report, "logging", "log");
     assert_eq!(logged.len(), 4);
     let mut bodies = Vec::new();
-    for rec in logged.iter().filter(|r| msg(&r.value).kind == MsgKind::Request) {
+    for rec in logged
+        .iter()
+        .filter(|r| msg(&r.value).kind == MsgKind::Request)
+    {
         let seen = sc.decode(msg(&rec.value));
         let body = seen["body"].as_str().unwrap().to_owned();
         assert_ne!(body, "attack at dawn");
@@ -134,7 +153,10 @@ fn encrypt_decrypt_round_trip_with_ciphertext_in_between() {
         assert_eq!(raw.len(), 24 + "attack at dawn".len() + 16);
         assert_eq!(open(&body, "k1").as_deref(), Some("attack at dawn"));
         assert_eq!(open(&body, "k2"), None);
-        assert_eq!(seen["user"], json!(if rec.rpc_id == 1 { "alice" } else { "bob" }));
+        assert_eq!(
+            seen["user"],
+            json!(if rec.rpc_id == 1 { "alice" } else { "bob" })
+        );
         bodies.push(body);
     }
     // A fresh nonce per request: equal plaintexts give different ciphertexts.
@@ -190,7 +212,9 @@ fn decrypt_rejects_a_wrong_key_and_tampering() {
     );
     let logged = records(&report, "logging", "log");
     let body = sc_body(&tampered, &logged[0].value);
-    let sealed = body.strip_prefix("weft-").expect("the mutation ran on ciphertext");
+    let sealed = body
+        .strip_prefix("weft-")
+        .expect("the mutation ran on ciphertext");
     assert_eq!(open(sealed, "k").as_deref(), Some("secret"));
     // The error response came back through logging.
     assert_eq!(logged.len(), 2);
@@ -219,11 +243,7 @@ fn mutation_prefixes_the_field_and_keeps_the_others() {
         "client:\n  - mutation: {field: body, prefix: 'pre-'}\n  - element: mutation\n    name: default_prefix\n    params: {field: user}",
     );
     let report = sc.run([
-        rpc(1, 0.0)
-            .user("alice")
-            .body("hello")
-            .priority(3)
-            .key("k"),
+        rpc(1, 0.0).user("alice").body("hello").priority(3).key("k"),
         rpc(2, 1.0),
     ]);
     let r = result(&report, 1);
@@ -256,7 +276,10 @@ fn logging_writes_requests_and_responses_in_event_order() {
             .body("two")
             .t_resp(1.5)
             .status("NOT_FOUND"),
-        rpc(3, 3.0).user("c").body("three").resp(json!({"body": "r3"})),
+        rpc(3, 3.0)
+            .user("c")
+            .body("three")
+            .resp(json!({"body": "r3"})),
     ];
     let report = sc.run(trace);
     let got: Vec<(u64, f64, MsgKind, serde_json::Value, Code)> = records(&report, "logging", "log")

@@ -21,7 +21,9 @@ fn dsts(report: &SimReport) -> Vec<String> {
         .iter()
         .map(|r| {
             assert_ok(r);
-            r.dst.clone().unwrap_or_else(|| panic!("rpc {} not routed", r.id))
+            r.dst
+                .clone()
+                .unwrap_or_else(|| panic!("rpc {} not routed", r.id))
         })
         .collect()
 }
@@ -54,21 +56,43 @@ server:
 #[test]
 fn loadbalance_round_robin_follows_control_plane_writes() {
     let sc = Scenario::new("client:\n  - loadbalance");
-    let mut trace = vec![control(0.0, "loadbalance", "replicas", json!(["a", "b", "c"]))];
+    let mut trace = vec![control(
+        0.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    )];
     trace.extend((1..=4).map(|i| rpc(i, i as f64)));
     // The control plane publishes a new list at t = 10: b is gone, d is new.
-    trace.push(control(10.0, "loadbalance", "replicas", json!(["a", "c", "d"])));
+    trace.push(control(
+        10.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "c", "d"]),
+    ));
     trace.extend((5..=8).map(|i| rpc(i, i as f64 + 10.0)));
     let report = sc.run(trace);
     // After four RPCs `next` is 4 % 3 = 1, so the new list is served from index 1.
-    assert_eq!(
-        dsts(&report),
-        ["a", "b", "c", "a", "c", "d", "a", "c"]
-    );
+    assert_eq!(dsts(&report), ["a", "b", "c", "a", "c", "d", "a", "c"]);
     assert_eq!(
         state(&report, "loadbalance@client", "replicas"),
         &strs(&["a", "c", "d"])
     );
+}
+
+#[test]
+fn loadbalance_control_plane_list_replaces_the_configured_one() {
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    state: {replicas: [a, b, c]}",
+    );
+    let mut trace: Vec<Line> = (1..=2).map(|i| rpc(i, i as f64)).collect();
+    trace.push(control(5.0, "loadbalance", "replicas", json!(["x", "y"])));
+    trace.extend((3..=6).map(|i| rpc(i, i as f64 + 5.0)));
+    let report = sc.run(trace);
+    // `next` is 2 when the list changes; 2 % 2 = 0 starts the new list at x.
+    assert_eq!(dsts(&report), ["a", "b", "x", "y", "x", "y"]);
 }
 
 #[test]
@@ -89,10 +113,7 @@ fn loadbalance_random_spreads_over_every_replica() {
     // Binomial(3000, 1/3): mean 1000, σ ≈ 25.8; allow 3σ.
     let sigma = (n as f64 / 3.0 * 2.0 / 3.0).sqrt();
     for (d, k) in &by {
-        assert!(
-            (*k as f64 - 1000.0).abs() <= 3.0 * sigma,
-            "{d}: {k} of {n}"
-        );
+        assert!((*k as f64 - 1000.0).abs() <= 3.0 * sigma, "{d}: {k} of {n}");
     }
 }
 
@@ -104,7 +125,12 @@ fn loadbalance_sticky_keeps_a_key_on_its_replica_until_it_leaves() {
     params: {policy: sticky, key_field: user}",
     );
     let users: Vec<String> = (0..20).map(|i| format!("user{i}")).collect();
-    let mut trace = vec![control(0.0, "loadbalance", "replicas", json!(["a", "b", "c"]))];
+    let mut trace = vec![control(
+        0.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    )];
     let mut id = 0;
     let mut phase = |start: f64, trace: &mut Vec<Line>| {
         let mut ids = Vec::new();
@@ -123,7 +149,12 @@ fn loadbalance_sticky_keeps_a_key_on_its_replica_until_it_leaves() {
     trace.push(control(10.0, "loadbalance", "replicas", json!(["a", "c"])));
     let p2 = phase(11.0, &mut trace);
     // b comes back: keys stay where they are now.
-    trace.push(control(20.0, "loadbalance", "replicas", json!(["a", "b", "c"])));
+    trace.push(control(
+        20.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    ));
     let p3 = phase(21.0, &mut trace);
     let report = sc.run(trace);
 
@@ -142,23 +173,26 @@ fn loadbalance_sticky_keeps_a_key_on_its_replica_until_it_leaves() {
     let second = placement(&p2);
     let third = placement(&p3);
     let used: BTreeSet<&String> = first.values().collect();
-    assert_eq!(used.len(), 3, "20 keys should use all of a, b, c: {first:?}");
+    assert_eq!(
+        used.len(),
+        3,
+        "20 keys should use all of a, b, c: {first:?}"
+    );
     for u in &users {
         if first[u] == "b" {
             // Re-picked among the remaining replicas.
-            assert!(["a", "c"].contains(&second[u].as_str()), "{u}: {}", second[u]);
+            assert!(
+                ["a", "c"].contains(&second[u].as_str()),
+                "{u}: {}",
+                second[u]
+            );
         } else {
             assert_eq!(second[u], first[u], "{u} moved although its replica stayed");
         }
         assert_eq!(third[u], second[u], "{u} moved when b came back");
     }
     // The sticky table records the current choice of every key.
-    let expected: Value = Value::Map(
-        third
-            .iter()
-            .map(|(u, d)| (s(u), s(d)))
-            .collect(),
-    );
+    let expected: Value = Value::Map(third.iter().map(|(u, d)| (s(u), s(d))).collect());
     assert_eq!(state(&report, "loadbalance@client", "sticky"), &expected);
 }
 
@@ -236,7 +270,10 @@ fn servicerouter_routes_within_the_request_shard() {
             };
             assert!(allowed.contains(&d), "{u} (shard {shard}) went to {d}");
             // The server part reports its requests in flight after this one: none.
-            assert_eq!(r.client_headers.get("sr-load").map(String::as_str), Some("0"));
+            assert_eq!(
+                r.client_headers.get("sr-load").map(String::as_str),
+                Some("0")
+            );
         }
     }
     assert_eq!(shards_used.len(), 2);
@@ -246,7 +283,8 @@ fn servicerouter_routes_within_the_request_shard() {
 fn servicerouter_prefers_the_lower_fresh_load() {
     // One shard, two replicas, both sampled every time (num_choices 2).
     let sc = sr(1, "state: {shards: {0: [a, b]}}");
-    let load = |t: f64, r: &str, l: i64, at: f64| control_key(t, "src", "load", json!(r), json!([l, at]));
+    let load =
+        |t: f64, r: &str, l: i64, at: f64| control_key(t, "src", "load", json!(r), json!([l, at]));
     let trace = vec![
         load(0.0, "a", 5, 0.0),
         load(0.0, "b", 2, 0.0),
@@ -381,14 +419,15 @@ fn prequal_prefers_the_fastest_cold_replica() {
 
     let probes = state(&report, "pqc@client", "probes");
     let Value::Map(p) = probes else { panic!() };
-    assert_eq!(
-        p[&s("c")],
-        Value::pair(Value::Int(0), Value::Float(l2))
-    );
+    assert_eq!(p[&s("c")], Value::pair(Value::Int(0), Value::Float(l2)));
     assert_eq!(p[&s("a")], Value::pair(Value::Int(10), Value::Float(0.05)));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
-        &Value::Vec(vec![Value::Float(0.0), Value::Float(0.0), Value::Float(10.0)])
+        &Value::Vec(vec![
+            Value::Float(0.0),
+            Value::Float(0.0),
+            Value::Float(10.0)
+        ])
     );
     assert_eq!(state_int(&report, "pqc@client", "slot"), 2);
 }
@@ -434,7 +473,10 @@ fn prequal_chooses_only_among_the_sampled_replicas() {
     assert!(d.iter().all(|x| x != "c"));
     let a = d.iter().filter(|x| *x == "a").count() as f64;
     let sigma = (n as f64 * 2.0 / 3.0 / 3.0).sqrt();
-    assert!((a - n as f64 * 2.0 / 3.0).abs() <= 3.0 * sigma, "{a} of {n}");
+    assert!(
+        (a - n as f64 * 2.0 / 3.0).abs() <= 3.0 * sigma,
+        "{a} of {n}"
+    );
 }
 
 #[test]
@@ -479,15 +521,21 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
     assert_eq!(p[&s("solo")], Value::pair(Value::Int(0), Value::Float(l3)));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
-        &Value::Vec(vec![Value::Float(1.0), Value::Float(0.0), Value::Float(0.0)])
+        &Value::Vec(vec![
+            Value::Float(1.0),
+            Value::Float(0.0),
+            Value::Float(0.0)
+        ])
     );
 }
 
 #[test]
 fn prequal_without_replicas_is_unavailable() {
-    let sc = Scenario::new(
-        "pair:\n  - [prequal_client, prequal_server]",
-    );
+    let sc = Scenario::new("pair:\n  - [prequal_client, prequal_server]");
     let report = sc.run([rpc(1, 0.0)]);
-    assert_rejected(result(&report, 1), Code::Unavailable, "prequal: no replicas");
+    assert_rejected(
+        result(&report, 1),
+        Code::Unavailable,
+        "prequal: no replicas",
+    );
 }

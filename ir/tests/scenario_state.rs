@@ -73,12 +73,7 @@ fn weak_sum_state_converges_at_each_sync() {
         ["1", "1", "2", "2", "3", "6", "6", "8", "8"]
     );
     let per_user = |pairs: &[(&str, i64)]| {
-        Value::Map(
-            pairs
-                .iter()
-                .map(|(u, n)| (s(u), Value::Int(*n)))
-                .collect(),
-        )
+        Value::Map(pairs.iter().map(|(u, n)| (s(u), Value::Int(*n))).collect())
     };
     // The run ends at t = 25, after the sync at 20 and before the one at 30.
     assert_eq!(state_int(&report, "weak_counter@a", "count"), 8);

@@ -55,8 +55,8 @@ impl Scenario {
         }
         let config = Config::parse("scenario.yaml", &protos_dir(), &yaml)
             .unwrap_or_else(|e| panic!("config does not parse: {e}\n{yaml}"));
-        let edge = load_edge(&config, EDGE)
-            .unwrap_or_else(|e| panic!("edge does not load: {e}\n{yaml}"));
+        let edge =
+            load_edge(&config, EDGE).unwrap_or_else(|e| panic!("edge does not load: {e}\n{yaml}"));
         Scenario { config, edge }
     }
 
@@ -78,7 +78,11 @@ impl Scenario {
         )
         .expect("the simulation runs");
         for (instance, counters) in &report.errors {
-            assert_eq!(*counters, (0, 0), "{instance}: (run-time errors, malformed)");
+            assert_eq!(
+                *counters,
+                (0, 0),
+                "{instance}: (run-time errors, malformed)"
+            );
         }
         report
     }
