@@ -327,6 +327,7 @@ pub fn simulate(
             TraceLine::Rpc(_) => None,
         })
         .collect();
+    let ids = rpc_ids(&rpcs);
     let mut heap = BinaryHeap::new();
     for (i, r) in rpcs.iter().enumerate() {
         heap.push(Event {
@@ -353,7 +354,7 @@ pub fn simulate(
         sim.advance(ev.t);
         let r = rpcs[ev.rpc];
         if ev.rank == 1 {
-            let flight = sim.request(ev.rpc, r)?;
+            let flight = sim.request(ev.rpc, ids[ev.rpc], r)?;
             let reached = flight.early_response.is_none();
             flights[ev.rpc] = Some(flight);
             if reached && r.t_resp.is_some() {
@@ -392,6 +393,32 @@ pub fn simulate(
         state,
         errors,
     })
+}
+
+/// The `rpc_id()` of each RPC, unique within the run: per-RPC metadata is keyed by it, so two
+/// RPCs in flight must never share one. A trace id that is a number (`parse_trace` gives an
+/// RPC without an id its line number) is used as given the first time; any other id, or a
+/// number already taken, gets the next number above every numeric id of the trace.
+fn rpc_ids(rpcs: &[&TraceRpc]) -> Vec<u64> {
+    let numeric: Vec<Option<u64>> = rpcs.iter().map(|r| r.id.as_u64()).collect();
+    let mut fresh = numeric
+        .iter()
+        .flatten()
+        .max()
+        .map_or(1, |m| m.saturating_add(1));
+    let mut taken = BTreeSet::new();
+    numeric
+        .into_iter()
+        .map(|n| match n {
+            Some(n) if taken.insert(n) => n,
+            _ => {
+                while !taken.insert(fresh) {
+                    fresh = fresh.wrapping_add(1);
+                }
+                fresh
+            }
+        })
+        .collect()
 }
 
 fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
@@ -554,7 +581,7 @@ impl Sim<'_> {
         }
     }
 
-    fn request(&mut self, index: usize, r: &TraceRpc) -> Result<InFlight, SimError> {
+    fn request(&mut self, index: usize, rpc_id: u64, r: &TraceRpc) -> Result<InFlight, SimError> {
         let line_err = |message: String| SimError::Trace {
             line: index + 1,
             message,
@@ -580,10 +607,6 @@ impl Sim<'_> {
             .map_err(|e| line_err(format!("`req`: {e}")))?;
         let mut msg = Message::request(bytes);
         msg.headers = r.headers.clone();
-        let rpc_id = match &r.id {
-            Json::Number(n) => n.as_u64().unwrap_or(index as u64 + 1),
-            _ => index as u64 + 1,
-        };
         let info = RpcInfo {
             id: rpc_id,
             method: method.full_name.clone(),

@@ -9,6 +9,8 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+
 use base64::Engine as _;
 use common::*;
 use serde_json::json;
@@ -357,6 +359,42 @@ fn metrics_records_exact_latencies_and_counts_failures() {
     assert_eq!(got, expected);
     assert_eq!(state_int(&report, "metrics@client", "total"), 5);
     assert_eq!(state_int(&report, "metrics@client", "failed"), 2);
+}
+
+#[test]
+fn metrics_keeps_overlapping_rpcs_apart_whatever_their_trace_ids() {
+    // Metadata (`set_metadata('start', …)`) lives per RPC, from its request to its response.
+    // A string id and a numeric id, or an RPC without an id (it gets its line number), must
+    // still be two RPCs.
+    let sc = Scenario::new("client:\n  - metrics");
+    let trace = [
+        Line(json!({"id": "first", "t": 0.0, "t_resp": 5.0})),
+        Line(json!({"id": 1, "t": 1.0, "t_resp": 2.0})),
+        Line(json!({"t": 1.5, "t_resp": 4.0})),
+        Line(json!({"id": "x", "t": 1.75, "t_resp": 3.0})),
+        // A numeric id used twice.
+        Line(json!({"id": 1, "t": 1.2, "t_resp": 1.4})),
+    ];
+    let report = sc.run(trace);
+    let got: Vec<(f64, f64)> = records(&report, "metrics", "latency")
+        .iter()
+        .map(|r| (r.time, r.value.as_float().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1.4, 1.4 - 1.2),
+            (2.0, 1.0),
+            (3.0, 3.0 - 1.75),
+            (4.0, 2.5),
+            (5.0, 5.0)
+        ]
+    );
+    let ids: BTreeSet<u64> = report.channels.iter().map(|r| r.rpc_id).collect();
+    assert_eq!(ids.len(), 5, "each RPC has its own rpc_id: {ids:?}");
+    // Numeric trace ids are the RPC's id; the RPC without one has its line number, 3.
+    assert!(ids.contains(&1) && ids.contains(&3));
+    assert_eq!(state_int(&report, "metrics@client", "total"), 5);
 }
 
 // ---------------------------------------------------------------------------------------------
