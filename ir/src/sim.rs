@@ -10,14 +10,14 @@
 //! draws. The output is the oracle that every other executor is compared against.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::clock::VirtualClock;
 use weft_hostcalls::rng::SeededRng;
-use weft_hostcalls::state::{CellKind, SharedState, StateStore, VarSpec};
+use weft_hostcalls::state::{CellKind, Consistency, SharedState, StateStore, VarSpec};
 use weft_hostcalls::{Code, Message, Value};
 
 use crate::check::coerce_value;
@@ -52,6 +52,10 @@ pub struct TraceRpc {
 
 /// A control-plane write in a trace: `{"t": 0, "control": {"element": "lb", "var":
 /// "replicas", "value": {…}}}` (with `"key"` to write one map entry).
+///
+/// A write to local state reaches every instance of the element, and instances created later
+/// start with it; a write to shared (`@consistency`) state is one write to the shared
+/// variable.
 #[derive(Clone, Debug)]
 pub struct TraceControl {
     pub t: f64,
@@ -310,6 +314,7 @@ pub fn simulate(
         clock: VirtualClock::new(0.0),
         shared: SharedState::new(),
         instances: BTreeMap::new(),
+        configured: BTreeSet::new(),
         channels: Vec::new(),
         control: Vec::new(),
         next_sync: sync_interval,
@@ -329,6 +334,7 @@ pub fn simulate(
             TraceLine::Rpc(_) => None,
         })
         .collect();
+    let ids = rpc_ids(&rpcs);
     let mut heap = BinaryHeap::new();
     for (i, r) in rpcs.iter().enumerate() {
         heap.push(Event {
@@ -355,7 +361,7 @@ pub fn simulate(
         sim.advance(ev.t);
         let r = rpcs[ev.rpc];
         if ev.rank == 1 {
-            let flight = sim.request(r)?;
+            let flight = sim.request(ids[ev.rpc], r)?;
             let reached = flight.early_response.is_none();
             flights[ev.rpc] = Some(flight);
             if reached && r.t_resp.is_some() {
@@ -396,6 +402,32 @@ pub fn simulate(
     })
 }
 
+/// The `rpc_id()` of each RPC, unique within the run: per-RPC metadata is keyed by it, so two
+/// RPCs in flight must never share one. A trace id that is a number (`parse_trace` gives an
+/// RPC without an id its line number) is used as given the first time; any other id, or a
+/// number already taken, gets the next number above every numeric id of the trace.
+fn rpc_ids(rpcs: &[&TraceRpc]) -> Vec<u64> {
+    let numeric: Vec<Option<u64>> = rpcs.iter().map(|r| r.id.as_u64()).collect();
+    let mut fresh = numeric
+        .iter()
+        .flatten()
+        .max()
+        .map_or(1, |m| m.saturating_add(1));
+    let mut taken = BTreeSet::new();
+    numeric
+        .into_iter()
+        .map(|n| match n {
+            Some(n) if taken.insert(n) => n,
+            _ => {
+                while !taken.insert(fresh) {
+                    fresh = fresh.wrapping_add(1);
+                }
+                fresh
+            }
+        })
+        .collect()
+}
+
 fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
     store.snapshot().into_iter().collect()
 }
@@ -406,8 +438,10 @@ struct Sim<'a> {
     clock: VirtualClock,
     shared: SharedState,
     instances: BTreeMap<(usize, String), InstanceSlot>,
+    /// Elements (by index) whose first instance exists, so their shared config state is set.
+    configured: BTreeSet<usize>,
     channels: Vec<ChannelRecord>,
-    /// Control-plane writes so far, replayed into instances created later.
+    /// Control-plane writes to local state so far, replayed into instances created later.
     control: Vec<TraceControl>,
     next_sync: f64,
     sync_interval: f64,
@@ -456,19 +490,9 @@ impl Sim<'_> {
         if !self.instances.contains_key(&key) {
             let ir = self.ir(k, method)?;
             let el = &self.edge.elements[k];
-            let specs: Vec<VarSpec> = ir
-                .state
-                .iter()
-                .map(|v| VarSpec {
-                    name: v.name.clone(),
-                    kind: v.kind,
-                    consistency: v.consistency,
-                    combiner: v.combiner,
-                    zero: v.value_type().zero_value(),
-                })
-                .collect();
-            let scope = format!("{}/{}", self.edge.edge.name, el.use_.name);
-            let store = self.shared.instance_store(&scope, replica, &specs);
+            let store = self
+                .shared
+                .instance_store(&self.scope(k), replica, &var_specs(&ir));
             let rng = SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", el.use_.name));
             let mut instance = Instance::new(el.use_.name.clone(), Box::new(store), Box::new(rng));
             let mut host = Host {
@@ -479,16 +503,23 @@ impl Sim<'_> {
                 element: el.use_.name.clone(),
                 message: format!("`init` failed: {e}"),
             })?;
+            // Local state is per instance, so each one gets the configured values (and the
+            // control-plane writes so far); shared state is one variable, written once, after
+            // the first instance's `init`, so a replica joining later does not reset it.
+            let first = self.configured.insert(k);
             for (var, value) in &el.use_.state {
-                write_state(&mut instance, &ir, var, None, value.clone()).map_err(|message| {
-                    SimError::Element {
+                if !first && is_shared(&ir, var) {
+                    continue;
+                }
+                write_state(instance.store.as_mut(), &ir, var, None, value.clone()).map_err(
+                    |message| SimError::Element {
                         element: el.use_.name.clone(),
                         message: format!("config state `{var}`: {message}"),
-                    }
-                })?;
+                    },
+                )?;
             }
             for c in self.control.iter().filter(|c| c.element == el.use_.name) {
-                control_apply(&mut instance, &ir, c)?;
+                control_apply(instance.store.as_mut(), &ir, c)?;
             }
             self.instances
                 .insert(key.clone(), InstanceSlot { instance });
@@ -523,13 +554,30 @@ impl Sim<'_> {
                 message: "the edge has no methods".into(),
             })?;
         let ir = self.ir(k, &method)?;
+        if is_shared(&ir, &c.var) {
+            // One write to the shared variable, as a control plane makes it: through a store
+            // of its own (for weak state, a replica that merges at the next sync), never
+            // repeated per instance nor replayed into instances created later.
+            let mut store =
+                self.shared
+                    .instance_store(&self.scope(k), CONTROL_PLANE, &var_specs(&ir));
+            return control_apply(&mut store, &ir, c);
+        }
         for ((ek, _), slot) in self.instances.iter_mut() {
             if *ek == k {
-                control_apply(&mut slot.instance, &ir, c)?;
+                control_apply(slot.instance.store.as_mut(), &ir, c)?;
             }
         }
         self.control.push(c.clone());
         Ok(())
+    }
+
+    /// Where the instances of element `k` share their state.
+    fn scope(&self, k: usize) -> String {
+        format!(
+            "{}/{}",
+            self.edge.edge.name, self.edge.elements[k].use_.name
+        )
     }
 
     fn replica_for(&self, k: usize, src: &str, msg: &Message) -> String {
@@ -543,7 +591,7 @@ impl Sim<'_> {
         }
     }
 
-    fn request(&mut self, r: &TraceRpc) -> Result<InFlight, SimError> {
+    fn request(&mut self, rpc_id: u64, r: &TraceRpc) -> Result<InFlight, SimError> {
         let line_err = |message: String| SimError::Trace {
             line: r.line,
             message,
@@ -569,10 +617,6 @@ impl Sim<'_> {
             .map_err(|e| line_err(format!("`req`: {e}")))?;
         let mut msg = Message::request(bytes);
         msg.headers = r.headers.clone();
-        let rpc_id = match &r.id {
-            Json::Number(n) => n.as_u64().unwrap_or(r.line as u64),
-            _ => r.line as u64,
-        };
         let info = RpcInfo {
             id: rpc_id,
             method: method.full_name.clone(),
@@ -693,8 +737,34 @@ impl Sim<'_> {
     }
 }
 
-/// Applies a control-plane write to one instance.
-fn control_apply(instance: &mut Instance, ir: &Element, c: &TraceControl) -> Result<(), SimError> {
+/// The replica name control-plane writes to shared state go through.
+const CONTROL_PLANE: &str = "<control-plane>";
+
+fn var_specs(ir: &Element) -> Vec<VarSpec> {
+    ir.state
+        .iter()
+        .map(|v| VarSpec {
+            name: v.name.clone(),
+            kind: v.kind,
+            consistency: v.consistency,
+            combiner: v.combiner,
+            zero: v.value_type().zero_value(),
+        })
+        .collect()
+}
+
+/// Whether a state variable is shared between instances (`@consistency(strong|weak)`).
+fn is_shared(ir: &Element, var: &str) -> bool {
+    ir.var(var)
+        .is_some_and(|i| ir.state[i].consistency != Consistency::Local)
+}
+
+/// Applies a control-plane write to one store.
+fn control_apply(
+    store: &mut dyn StateStore,
+    ir: &Element,
+    c: &TraceControl,
+) -> Result<(), SimError> {
     let err = |message: String| SimError::Element {
         element: c.element.clone(),
         message,
@@ -709,20 +779,21 @@ fn control_apply(instance: &mut Instance, ir: &Element, c: &TraceControl) -> Res
                 .map_err(|m| err(format!("`{}` key: {m}", c.var)))?;
             let value = json::from_json(&c.value, sv.value_type())
                 .map_err(|m| err(format!("`{}`: {m}", c.var)))?;
-            write_state(instance, ir, &c.var, Some(key), value).map_err(err)
+            write_state(store, ir, &c.var, Some(key), value).map_err(err)
         }
         None => {
             let value =
                 json::from_json(&c.value, &sv.ty).map_err(|m| err(format!("`{}`: {m}", c.var)))?;
-            write_state(instance, ir, &c.var, None, value).map_err(err)
+            write_state(store, ir, &c.var, None, value).map_err(err)
         }
     }
 }
 
 /// Writes a control-plane value: one entry when `key` is given, else the whole variable
-/// (a map's entries are merged in, a vector's elements appended, a scalar replaced).
+/// (a map's entries are merged in; a vector and a scalar are replaced, so a control plane
+/// that publishes a new replica list drops the replicas it left out).
 fn write_state(
-    instance: &mut Instance,
+    store: &mut dyn StateStore,
     ir: &Element,
     var_name: &str,
     key: Option<Value>,
@@ -732,7 +803,6 @@ fn write_state(
         .var(var_name)
         .ok_or_else(|| format!("no state variable `{var_name}`"))?;
     let sv = &ir.state[var];
-    let store = instance.store.as_mut();
     if let Some(k) = key {
         let v = coerce_value(value, sv.value_type())
             .map_err(|found| format!("expected {}, found {found}", sv.value_type()))?;
@@ -749,6 +819,11 @@ fn write_state(
             Ok(())
         }
         (CellKind::Vec, Value::Vec(items)) => {
+            for i in (0..store.len(var).map_err(|e| e.to_string())?).rev() {
+                store
+                    .delete(var, &Value::Int(i as i64))
+                    .map_err(|e| e.to_string())?;
+            }
             for item in items {
                 let n = store.len(var).map_err(|e| e.to_string())?;
                 store

@@ -1,0 +1,541 @@
+#![allow(clippy::unwrap_used)]
+//! Scenarios for the standard routing elements: loadbalance, the servicerouter pair and the
+//! prequal pair. Replica lists, load reports and probes are control-plane state, given in the
+//! chain config (`state:`) or as control lines in the trace.
+//!
+//! Every expected value below is derived from the element's source (elements/*.weft) and
+//! LANGUAGE.md, not copied from a run.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use serde_json::json;
+use weft_hostcalls::{Code, Value, builtins};
+use weft_ir::sim::SimReport;
+
+fn dsts(report: &SimReport) -> Vec<String> {
+    report
+        .results
+        .iter()
+        .map(|r| {
+            assert_ok(r);
+            r.dst
+                .clone()
+                .unwrap_or_else(|| panic!("rpc {} not routed", r.id))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// loadbalance
+
+#[test]
+fn loadbalance_round_robin_cycles_over_configured_replicas() {
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: round_robin}
+    state: {replicas: [a, b, c]}
+server:
+  - metrics",
+    );
+    let report = sc.run((1..=7).map(|i| rpc(i, i as f64)));
+    assert_eq!(dsts(&report), ["a", "b", "c", "a", "b", "c", "a"]);
+    // The `dst` header is the route, not something the server sees as metadata.
+    assert!(report.results.iter().all(|r| r.server_headers.is_empty()));
+    assert_eq!(state_int(&report, "loadbalance@client", "next"), 7 % 3);
+    // Server-side elements run once per routed replica.
+    assert_eq!(state_int(&report, "metrics@a", "total"), 3);
+    assert_eq!(state_int(&report, "metrics@b", "total"), 2);
+    assert_eq!(state_int(&report, "metrics@c", "total"), 2);
+    assert!(!has_instance(&report, "metrics@svc"));
+}
+
+#[test]
+fn loadbalance_round_robin_follows_control_plane_writes() {
+    let sc = Scenario::new("client:\n  - loadbalance");
+    let mut trace = vec![control(
+        0.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    )];
+    trace.extend((1..=4).map(|i| rpc(i, i as f64)));
+    // The control plane publishes a new list at t = 10: b is gone, d is new.
+    trace.push(control(
+        10.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "c", "d"]),
+    ));
+    trace.extend((5..=8).map(|i| rpc(i, i as f64 + 10.0)));
+    let report = sc.run(trace);
+    // After four RPCs `next` is 4 % 3 = 1, so the new list is served from index 1.
+    assert_eq!(dsts(&report), ["a", "b", "c", "a", "c", "d", "a", "c"]);
+    assert_eq!(
+        state(&report, "loadbalance@client", "replicas"),
+        &strs(&["a", "c", "d"])
+    );
+}
+
+#[test]
+fn loadbalance_control_plane_list_replaces_the_configured_one() {
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    state: {replicas: [a, b, c]}",
+    );
+    let mut trace: Vec<Line> = (1..=2).map(|i| rpc(i, i as f64)).collect();
+    trace.push(control(5.0, "loadbalance", "replicas", json!(["x", "y"])));
+    trace.extend((3..=6).map(|i| rpc(i, i as f64 + 5.0)));
+    let report = sc.run(trace);
+    // `next` is 2 when the list changes; 2 % 2 = 0 starts the new list at x.
+    assert_eq!(dsts(&report), ["a", "b", "x", "y", "x", "y"]);
+}
+
+#[test]
+fn loadbalance_random_spreads_over_every_replica() {
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: random}
+    state: {replicas: [a, b, c]}",
+    );
+    let n = 3000;
+    let report = sc.run((1..=n).map(|i| rpc(i, i as f64 * 0.01)));
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for d in dsts(&report) {
+        *by.entry(d).or_default() += 1;
+    }
+    assert_eq!(by.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    // Binomial(3000, 1/3): mean 1000, σ ≈ 25.8; allow 3σ.
+    let sigma = (n as f64 / 3.0 * 2.0 / 3.0).sqrt();
+    for (d, k) in &by {
+        assert!((*k as f64 - 1000.0).abs() <= 3.0 * sigma, "{d}: {k} of {n}");
+    }
+}
+
+#[test]
+fn loadbalance_sticky_keeps_a_key_on_its_replica_until_it_leaves() {
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: sticky, key_field: user}",
+    );
+    let users: Vec<String> = (0..20).map(|i| format!("user{i}")).collect();
+    let mut trace = vec![control(
+        0.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    )];
+    let mut id = 0;
+    let mut phase = |start: f64, trace: &mut Vec<Line>| {
+        let mut ids = Vec::new();
+        // Each user three times, interleaved with the others.
+        for round in 0..3 {
+            for (i, u) in users.iter().enumerate() {
+                id += 1;
+                trace.push(rpc(id, start + round as f64 + i as f64 * 0.01).user(u));
+                ids.push((id, u.clone()));
+            }
+        }
+        ids
+    };
+    let p1 = phase(1.0, &mut trace);
+    // b leaves the list.
+    trace.push(control(10.0, "loadbalance", "replicas", json!(["a", "c"])));
+    let p2 = phase(11.0, &mut trace);
+    // b comes back: keys stay where they are now.
+    trace.push(control(
+        20.0,
+        "loadbalance",
+        "replicas",
+        json!(["a", "b", "c"]),
+    ));
+    let p3 = phase(21.0, &mut trace);
+    let report = sc.run(trace);
+
+    let placement = |ids: &[(u64, String)]| {
+        let mut m: BTreeMap<String, String> = BTreeMap::new();
+        for (id, u) in ids {
+            let r = result(&report, *id);
+            assert_ok(r);
+            let d = r.dst.clone().unwrap();
+            // Same key, same replica, every time.
+            assert_eq!(m.entry(u.clone()).or_insert_with(|| d.clone()), &d, "{u}");
+        }
+        m
+    };
+    let first = placement(&p1);
+    let second = placement(&p2);
+    let third = placement(&p3);
+    let used: BTreeSet<&String> = first.values().collect();
+    assert_eq!(
+        used.len(),
+        3,
+        "20 keys should use all of a, b, c: {first:?}"
+    );
+    for u in &users {
+        if first[u] == "b" {
+            // Re-picked among the remaining replicas.
+            assert!(
+                ["a", "c"].contains(&second[u].as_str()),
+                "{u}: {}",
+                second[u]
+            );
+        } else {
+            assert_eq!(second[u], first[u], "{u} moved although its replica stayed");
+        }
+        assert_eq!(third[u], second[u], "{u} moved when b came back");
+    }
+    // The sticky table records the current choice of every key.
+    let expected: Value = Value::Map(third.iter().map(|(u, d)| (s(u), s(d))).collect());
+    assert_eq!(state(&report, "loadbalance@client", "sticky"), &expected);
+}
+
+#[test]
+fn loadbalance_without_replicas_is_unavailable() {
+    let sc = Scenario::new("client:\n  - loadbalance: {policy: random}\n  - metrics");
+    let report = sc.run([rpc(1, 0.0).user("u")]);
+    assert_rejected(
+        result(&report, 1),
+        Code::Unavailable,
+        "loadbalance: no replicas for svc",
+    );
+    assert!(!has_instance(&report, "metrics@client"));
+
+    let bad = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: fastest}
+    state: {replicas: [a]}",
+    );
+    let report = bad.run([rpc(1, 0.0)]);
+    assert_rejected(
+        result(&report, 1),
+        Code::Internal,
+        "loadbalance: unknown policy fastest",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// servicerouter_client / servicerouter_server
+
+const SR_PAIR: &str = "pair:
+  - - element: servicerouter_client
+      name: src
+      params: {key_field: user, num_shards: NUM_SHARDS, num_choices: 2, staleness: 1.0}
+      STATE
+    - element: servicerouter_server
+      name: srs";
+
+fn sr(num_shards: u32, state: &str) -> Scenario {
+    let chain = SR_PAIR
+        .replace("NUM_SHARDS", &num_shards.to_string())
+        .replace("STATE", state);
+    Scenario::new(&chain)
+}
+
+#[test]
+fn servicerouter_routes_within_the_request_shard() {
+    let sc = sr(2, "state: {shards: {0: [s0a, s0b], 1: [s1a, s1b]}}");
+    let users: Vec<String> = (0..40).map(|i| format!("user{i}")).collect();
+    let trace: Vec<Line> = users
+        .iter()
+        .enumerate()
+        .flat_map(|(i, u)| {
+            [
+                rpc(2 * i as u64 + 1, i as f64).user(u),
+                rpc(2 * i as u64 + 2, i as f64 + 0.5).user(u),
+            ]
+        })
+        .collect();
+    let report = sc.run(trace);
+    let mut shards_used = BTreeSet::new();
+    for (i, u) in users.iter().enumerate() {
+        // shard = hash(user) % num_shards, with the host's stable hash.
+        let shard = builtins::hash(&Value::str(u.as_str())) % 2;
+        shards_used.insert(shard);
+        for id in [2 * i as u64 + 1, 2 * i as u64 + 2] {
+            let r = result(&report, id);
+            assert_ok(r);
+            let d = r.dst.as_deref().unwrap();
+            let allowed: [&str; 2] = if shard == 0 {
+                ["s0a", "s0b"]
+            } else {
+                ["s1a", "s1b"]
+            };
+            assert!(allowed.contains(&d), "{u} (shard {shard}) went to {d}");
+            // The server part reports its requests in flight after this one: none.
+            assert_eq!(
+                r.client_headers.get("sr-load").map(String::as_str),
+                Some("0")
+            );
+        }
+    }
+    assert_eq!(shards_used.len(), 2);
+}
+
+#[test]
+fn servicerouter_prefers_the_lower_fresh_load() {
+    // One shard, two replicas, both sampled every time (num_choices 2).
+    let sc = sr(1, "state: {shards: {0: [a, b]}}");
+    let load =
+        |t: f64, r: &str, l: i64, at: f64| control_key(t, "src", "load", json!(r), json!([l, at]));
+    let trace = vec![
+        load(0.0, "a", 5, 0.0),
+        load(0.0, "b", 2, 0.0),
+        // 2 < 5.
+        rpc(1, 0.5).user("u").t_resp(100.0),
+        load(0.6, "b", 7, 0.6),
+        // 5 < 7.
+        rpc(2, 0.7).user("u").t_resp(100.0),
+        load(0.9, "b", 3, 0.9),
+        // a's report is 1.5 s old, staler than 1 s: it counts as 0, below b's fresh 3
+        // (with the stale 5 counted, b would win).
+        rpc(3, 1.5).user("u").t_resp(100.0),
+        // Both reports are stale now: a tie at 0, so either may be picked.
+        rpc(4, 2.0).user("u").t_resp(100.0),
+    ];
+    let report = sc.run(trace);
+    let d = dsts(&report);
+    assert_eq!(&d[..3], ["b", "a", "a"]);
+    assert!(["a", "b"].contains(&d[3].as_str()));
+
+    // Every RPC answers at t = 100 in request order; the server part of each replica
+    // decrements its count and reports what is left in flight.
+    let mut in_flight: BTreeMap<&str, i64> = BTreeMap::new();
+    for x in &d {
+        *in_flight.entry(x.as_str()).or_default() += 1;
+    }
+    for r in &report.results {
+        let n = in_flight.get_mut(r.dst.as_deref().unwrap()).unwrap();
+        *n -= 1;
+        assert_eq!(r.client_headers["sr-load"], n.to_string(), "rpc {}", r.id);
+    }
+    // Both replicas got RPCs, so the client's last report of each is its final answer at
+    // t = 100, with nothing left in flight.
+    let expected = Value::Map(
+        ["a", "b"]
+            .iter()
+            .map(|x| (s(x), Value::pair(Value::Int(0), Value::Instant(100.0))))
+            .collect(),
+    );
+    assert_eq!(state(&report, "src@client", "load"), &expected);
+    for x in ["a", "b"] {
+        assert_eq!(state_int(&report, &format!("srs@{x}"), "in_flight"), 0);
+    }
+}
+
+#[test]
+fn servicerouter_learns_load_from_the_server_part() {
+    let sc = sr(1, "state: {shards: {0: [a, b]}}");
+    let trace = vec![
+        control_key(0.0, "src", "load", json!("a"), json!([10, 0.0])),
+        control_key(0.0, "src", "load", json!("b"), json!([10, 0.0])),
+        // A tie: goes to either, call it X. Its answer at t = 0.5 reports sr-load 0...
+        rpc(1, 0.1).user("u").t_resp(0.5),
+        // ...so X (load 0) beats the other (a fresh 10), twice.
+        rpc(2, 0.6).user("u").t_resp(0.8),
+        rpc(3, 0.7).user("u").t_resp(0.8),
+    ];
+    let report = sc.run(trace);
+    let d = dsts(&report);
+    assert_eq!(d[1], d[0]);
+    assert_eq!(d[2], d[0]);
+    // 2 and 3 overlap on X: 2's answer leaves 3 in flight, 3's leaves none.
+    assert_eq!(result(&report, 2).client_headers["sr-load"], "1");
+    assert_eq!(result(&report, 3).client_headers["sr-load"], "0");
+}
+
+#[test]
+fn servicerouter_without_the_shard_is_unavailable() {
+    let sc = sr(1, "state: {shards: {1: [a]}}");
+    let report = sc.run([rpc(1, 0.0).user("u")]);
+    assert_rejected(
+        result(&report, 1),
+        Code::Unavailable,
+        "servicerouter: no replicas for shard 0",
+    );
+    let sc = sr(1, "state: {shards: {0: []}}");
+    let report = sc.run([rpc(1, 0.0).user("u")]);
+    assert_rejected(
+        result(&report, 1),
+        Code::Unavailable,
+        "servicerouter: shard 0 has no replicas",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// prequal_client / prequal_server
+
+fn prequal(num_choices: u32, q_rif: f64, replicas: &str) -> Scenario {
+    Scenario::new(&format!(
+        "pair:
+  - - element: prequal_client
+      name: pqc
+      params: {{num_choices: {num_choices}, q_rif: {q_rif}, pool_size: 16}}
+      state: {{replicas: [{replicas}]}}
+    - element: prequal_server
+      name: pqs
+      params: {{alpha: 0.2}}"
+    ))
+}
+
+#[test]
+fn prequal_prefers_the_fastest_cold_replica() {
+    let sc = prequal(3, 0.5, "a, b, c");
+    let trace = vec![
+        control(
+            0.0,
+            "pqc",
+            "probes",
+            json!({"a": [10, 0.05], "b": [1, 0.2], "c": [2, 0.1]}),
+        ),
+        control(0.0, "pqc", "pool", json!([1.0, 2.0, 10.0])),
+        rpc(1, 1.0).t_resp(1.5),
+        rpc(2, 2.0).t_resp(2.25),
+    ];
+    let report = sc.run(trace);
+    // Threshold = quantile([1, 2, 10], 0.5) = 2: a (RIF 10) is hot despite the lowest latency;
+    // b (1) and c (2, not above 2) are cold, and c is the faster of them.
+    let d = dsts(&report);
+    assert_eq!(d[0], "c");
+    // c's server part answered at 1.5: RIF 0 after it, latency 0.2 × 0.5 + 0.8 × 0 = 0.1,
+    // which the client stored as c's probe and pool[0]. Threshold is still
+    // quantile([0, 2, 10], 0.5) = 2 and c (0, 0.1) still beats b (1, 0.2).
+    assert_eq!(d[1], "c");
+    let r1 = result(&report, 1);
+    assert_eq!(r1.client_headers["prequal-rif"], "0");
+    assert_eq!(r1.client_headers["prequal-latency"], "0.1");
+    let l2: f64 = 0.2 * (2.25 - 2.0) + (1.0 - 0.2) * (0.2 * (1.5 - 1.0) + (1.0 - 0.2) * 0.0);
+    let r2 = result(&report, 2);
+    assert_eq!(r2.client_headers["prequal-latency"], format!("{l2:?}"));
+    // The server part's headers are for the client: the service never sees them.
+    assert!(r1.server_headers.is_empty());
+
+    let probes = state(&report, "pqc@client", "probes");
+    let Value::Map(p) = probes else { panic!() };
+    assert_eq!(p[&s("c")], Value::pair(Value::Int(0), Value::Float(l2)));
+    assert_eq!(p[&s("a")], Value::pair(Value::Int(10), Value::Float(0.05)));
+    assert_eq!(
+        state(&report, "pqc@client", "pool"),
+        &Value::Vec(vec![
+            Value::Float(0.0),
+            Value::Float(0.0),
+            Value::Float(10.0)
+        ])
+    );
+    assert_eq!(state_int(&report, "pqc@client", "slot"), 2);
+}
+
+#[test]
+fn prequal_all_hot_picks_the_fewest_requests_in_flight() {
+    let sc = prequal(3, 0.5, "a, b, c");
+    let trace = vec![
+        control(
+            0.0,
+            "pqc",
+            "probes",
+            json!({"a": [5, 0.01], "b": [3, 0.3], "c": [7, 0.02]}),
+        ),
+        // Threshold quantile([0, 0, 1], 0.5) = 0: every sampled RIF is above it.
+        control(0.0, "pqc", "pool", json!([0.0, 0.0, 1.0])),
+        rpc(1, 1.0).t_resp(2.0),
+    ];
+    let report = sc.run(trace);
+    // All hot: fewest in flight wins (b), however slow.
+    assert_eq!(dsts(&report), ["b"]);
+}
+
+#[test]
+fn prequal_chooses_only_among_the_sampled_replicas() {
+    // Two of three sampled per request. c is the worst (hot) and can never win; a beats b
+    // whenever both are sampled, so a wins when sampled (probability 2/3) and b otherwise.
+    let sc = prequal(2, 0.5, "a, b, c");
+    let n = 600u64;
+    let mut trace = vec![
+        control(
+            0.0,
+            "pqc",
+            "probes",
+            json!({"a": [1, 0.01], "b": [1, 0.02], "c": [9, 0.001]}),
+        ),
+        control(0.0, "pqc", "pool", json!([1.0, 1.0, 9.0])),
+    ];
+    // Answers after every request, so the probes stay as injected while choosing.
+    trace.extend((1..=n).map(|i| rpc(i, i as f64 * 0.01).t_resp(1000.0)));
+    let report = sc.run(trace);
+    let d = dsts(&report);
+    assert!(d.iter().all(|x| x != "c"));
+    let a = d.iter().filter(|x| *x == "a").count() as f64;
+    let sigma = (n as f64 * 2.0 / 3.0 / 3.0).sqrt();
+    assert!(
+        (a - n as f64 * 2.0 / 3.0).abs() <= 3.0 * sigma,
+        "{a} of {n}"
+    );
+}
+
+#[test]
+fn prequal_server_reports_in_flight_and_smoothed_latency() {
+    let sc = prequal(3, 0.8, "solo");
+    let trace = vec![
+        rpc(1, 0.0).t_resp(1.0),
+        rpc(2, 0.5).t_resp(2.0),
+        rpc(3, 3.0).t_resp(3.25),
+    ];
+    let report = sc.run(trace);
+    assert_eq!(dsts(&report), ["solo", "solo", "solo"]);
+    let alpha = 0.2;
+    let l1: f64 = alpha * 1.0 + (1.0 - alpha) * 0.0;
+    let l2: f64 = alpha * 1.5 + (1.0 - alpha) * l1;
+    let l3: f64 = alpha * 0.25 + (1.0 - alpha) * l2;
+    let headers: Vec<(String, String)> = report
+        .results
+        .iter()
+        .map(|r| {
+            (
+                r.client_headers["prequal-rif"].clone(),
+                r.client_headers["prequal-latency"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            // 1 answers while 2 is still in flight.
+            ("1".to_owned(), format!("{l1:?}")),
+            ("0".to_owned(), format!("{l2:?}")),
+            ("0".to_owned(), format!("{l3:?}")),
+        ]
+    );
+    assert_eq!(state_int(&report, "pqs@solo", "in_flight"), 0);
+    assert_eq!(state_float(&report, "pqs@solo", "latency"), l3);
+    // The client recorded each report: the last probe of solo, and the RIFs in the pool.
+    let Value::Map(p) = state(&report, "pqc@client", "probes") else {
+        panic!()
+    };
+    assert_eq!(p[&s("solo")], Value::pair(Value::Int(0), Value::Float(l3)));
+    assert_eq!(
+        state(&report, "pqc@client", "pool"),
+        &Value::Vec(vec![
+            Value::Float(1.0),
+            Value::Float(0.0),
+            Value::Float(0.0)
+        ])
+    );
+}
+
+#[test]
+fn prequal_without_replicas_is_unavailable() {
+    let sc = Scenario::new("pair:\n  - [prequal_client, prequal_server]");
+    let report = sc.run([rpc(1, 0.0)]);
+    assert_rejected(
+        result(&report, 1),
+        Code::Unavailable,
+        "prequal: no replicas",
+    );
+}
