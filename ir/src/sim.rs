@@ -657,6 +657,7 @@ impl Sim<'_> {
                 Verdict::Reject { code, message } => {
                     flight.path.pop();
                     flight.outcome = Outcome::Rejected;
+                    flight.info.routed = msg.headers.get("dst").cloned();
                     flight.by = Some(self.edge.elements[k].use_.name.clone());
                     flight.early_response = Some(Message::error(code, message));
                     return Ok(flight);
@@ -664,6 +665,7 @@ impl Sim<'_> {
                 Verdict::Reply(m) => {
                     flight.path.pop();
                     flight.outcome = Outcome::Replied;
+                    flight.info.routed = msg.headers.get("dst").cloned();
                     flight.by = Some(self.edge.elements[k].use_.name.clone());
                     flight.early_response = Some(m);
                     return Ok(flight);
@@ -717,7 +719,9 @@ impl Sim<'_> {
             None => None,
         };
         let mut server_headers = server.map(|m| m.headers.clone()).unwrap_or_default();
-        let dst = server_headers.remove("dst");
+        let dst = server_headers
+            .remove("dst")
+            .or_else(|| flight.info.routed.clone());
         let client_got = (resp.code == Code::Ok).then(|| {
             wire::bytes_to_json(&method.response, &resp.bytes)
                 .unwrap_or_else(|e| json!({"malformed": e.to_string()}))

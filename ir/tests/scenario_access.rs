@@ -357,3 +357,25 @@ fn admissioncontrol_throttles_a_failing_backend_and_recovers() {
         );
     }
 }
+
+#[test]
+fn admissioncontrol_does_not_throttle_application_errors() {
+    // A backend that answers NOT_FOUND took the request: only overload signals (UNAVAILABLE,
+    // RESOURCE_EXHAUSTED) count against it, so requests <= accepts and p stays exactly 0.
+    let sc = Scenario::new("client:\n  - admissioncontrol: {multiplier: 2.0, window: 10.0}");
+    let times: Vec<f64> = (0..600).map(|i| i as f64 / 10.0).collect();
+    let trace = times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| rpc(i as u64 + 1, *t).user("u").status("NOT_FOUND"));
+    let report = sc.run(trace);
+    assert_eq!(rejection_rate(&report, &times, 0.0, 60.0), 0.0);
+    // The same load with RESOURCE_EXHAUSTED is throttled: nothing is ever accepted, so
+    // p = total / (total + 1) once the first requests are counted.
+    let trace = times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| rpc(i as u64 + 1, *t).user("u").status("RESOURCE_EXHAUSTED"));
+    let report = sc.run(trace);
+    assert!(rejection_rate(&report, &times, 10.0, 60.0) > 0.9);
+}
