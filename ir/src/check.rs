@@ -822,6 +822,20 @@ impl Checker<'_> {
     // ---- send ----------------------------------------------------------------------
 
     fn send(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        let out = self.send_checked(args, span);
+        // A `send` to `Up`/`Down` ends the handler even when it is malformed: that is where
+        // the author meant it to end, so "can end without `send`" would be a false follow-on.
+        let ends_handler = matches!(
+            args.get(1).map(|a| &a.kind),
+            Some(ast::ExprKind::Name(n)) if matches!(n.as_str(), "Up" | "up" | "Down" | "down")
+        );
+        if out.is_none() && ends_handler && self.handler() != Handler::Init {
+            self.bx().reachable = false;
+        }
+        out
+    }
+
+    fn send_checked(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
         if !self.arity(
             "send",
             args,
