@@ -752,7 +752,7 @@ impl Parser {
     fn if_statement(&mut self) -> PResult<Stmt> {
         let start = self.bump().span;
         let mut branches = Vec::new();
-        let cond = self.expr_checked()?;
+        let cond = self.condition();
         self.expect(&Tok::Colon, "`:` after the condition")?;
         branches.push((cond, self.block()?));
         let mut otherwise = None;
@@ -761,7 +761,7 @@ impl Parser {
             // after the block's DEDENT-free end.
             if self.at(&Tok::Elif) {
                 self.bump();
-                let cond = self.expr_checked()?;
+                let cond = self.condition();
                 self.expect(&Tok::Colon, "`:` after the condition")?;
                 branches.push((cond, self.block()?));
             } else if self.at(&Tok::Else) {
@@ -781,6 +781,21 @@ impl Parser {
             },
             span: start.to(end),
         })
+    }
+
+    /// An `if`/`elif` condition. A malformed one (already reported) becomes an error node
+    /// but does not abandon the statement: skipping it would leave its `elif`/`else` behind,
+    /// to be reported again as "without a preceding `if`".
+    fn condition(&mut self) -> Expr {
+        let before = self.diags.len();
+        let e = self.expr();
+        if self.diags.len() > before {
+            return Expr {
+                kind: ExprKind::Error,
+                span: e.span,
+            };
+        }
+        e
     }
 
     // ---- expressions ---------------------------------------------------------------
