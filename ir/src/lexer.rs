@@ -526,10 +526,16 @@ impl Lexer<'_> {
             ">=" => (Some(Tok::Ge), 2),
             "=>" => (Some(Tok::FatArrow), 2),
             "&&" | "||" => {
-                let word = if two == "&&" { "and" } else { "or" };
+                let (word, tok) = if two == "&&" {
+                    ("and", Tok::And)
+                } else {
+                    ("or", Tok::Or)
+                };
                 self.pos += 2;
                 self.error(start, self.pos, format!("`{two}` is not an operator"))
                     .hint = Some(format!("write `{word}`"));
+                // Read it as meant, so the parser does not report the rest of the line too.
+                self.push(tok, start);
                 return;
             }
             _ => match c {
