@@ -19,7 +19,8 @@ pub fn parse(file: &SourceFile) -> (ElementFile, Vec<Diagnostic>) {
         depth: 0,
     };
     let element = p.element_file();
-    diags.append(&mut p.diags);
+    let parsed = drop_follow_ons(file, &diags, p.diags);
+    diags.extend(parsed);
     (element, diags)
 }
 
@@ -39,8 +40,32 @@ pub fn parse_expr(file: &SourceFile) -> (Expr, Vec<Diagnostic>) {
             p.peek().describe()
         ));
     }
-    diags.append(&mut p.diags);
+    let parsed = drop_follow_ons(file, &diags, p.diags);
+    diags.extend(parsed);
     (e, diags)
+}
+
+/// A lexer error garbles the rest of its line (an unterminated string swallows the `:` after
+/// it), so parser errors later on that line are its consequences, not new mistakes.
+fn drop_follow_ons(
+    file: &SourceFile,
+    lexed: &[Diagnostic],
+    parsed: Vec<Diagnostic>,
+) -> Vec<Diagnostic> {
+    let garbled: Vec<(usize, u32)> = lexed
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| (file.line_col(d.span.start).0, d.span.start))
+        .collect();
+    parsed
+        .into_iter()
+        .filter(|d| {
+            let line = file.line_col(d.span.start).0;
+            !garbled
+                .iter()
+                .any(|&(l, start)| l == line && start <= d.span.start)
+        })
+        .collect()
 }
 
 struct Parser {
