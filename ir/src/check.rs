@@ -2779,7 +2779,9 @@ impl Checker<'_> {
                     arg.span
                 };
                 let mut hint = e.hint.clone();
-                if hint.is_none() && matches!(text.as_str(), "dst" | "src" | "method") {
+                // The schema always offers a hint (a close name, or the list of fields), but
+                // for these names the author almost surely meant the RPC's own attribute.
+                if matches!(text.as_str(), "dst" | "src" | "method") {
                     hint = Some(format!(
                         "the RPC's {text} is `{text}()`, not a message field"
                     ));
