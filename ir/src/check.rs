@@ -1274,7 +1274,9 @@ impl Checker<'_> {
 
     fn match_checked(&mut self, s: Expr, arms: &[ast::Arm]) -> StmtKind {
         let constant = match &s.kind {
-            ExprKind::Const(v) => Some(v.clone()),
+            // A `Dyn` constant is the stand-in for a scrutinee that failed to check: folding on
+            // it would mark every arm dead and hide the errors inside them.
+            ExprKind::Const(v) if s.ty != Type::Dyn => Some(v.clone()),
             _ => None,
         };
         let before = self.bx().defined.clone();
