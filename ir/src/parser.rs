@@ -1034,6 +1034,30 @@ impl Parser {
                 break;
             }
         }
+        let starts_expr = matches!(
+            self.peek(),
+            Tok::Name(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::True
+                | Tok::False
+                | Tok::LParen
+                | Tok::Lambda
+                | Tok::Not
+        );
+        if !args.is_empty() && starts_expr {
+            // `f(a b)`: another argument follows, so the comma is what is missing.
+            let found = self.peek().describe();
+            self.error_here(format!(
+                "expected `,` or `)` after an argument, found {found}"
+            ))
+            .hint = Some("separate the arguments with `,`".into());
+            return Expr {
+                kind: ExprKind::Error,
+                span: func.span,
+            };
+        }
         if self.expect(&Tok::RParen, "`)` to close the call").is_err() {
             return Expr {
                 kind: ExprKind::Error,
