@@ -443,6 +443,13 @@ impl Checker<'_> {
             let Some(ty) = ty else {
                 self.error(p.name.span, format!("parameter `{name}` has no type"))
                     .hint = Some(format!("write `{name}: int` (or the type it needs)"));
+                // Still declared: its uses are not "unknown names".
+                self.params.push(ParamInfo {
+                    name,
+                    ty: Type::Dyn,
+                    value: None,
+                    state: None,
+                });
                 continue;
             };
             let default_value = match default {
@@ -460,6 +467,7 @@ impl Checker<'_> {
                 }
                 None => None,
             };
+            let mut misfit = false;
             let value = match config_value {
                 Some(v) => match coerce_value(v, &ty) {
                     Ok(v) => Some(v),
@@ -467,12 +475,14 @@ impl Checker<'_> {
                         self.error(p.name.span, format!(
                             "the chain config gives parameter `{name}` a {found}, but it is declared `{ty}`"
                         ));
+                        misfit = true;
                         None
                     }
                 },
                 None => default_value,
             };
-            if given.is_some() && value.is_none() {
+            // A value of the wrong kind is reported above; "has no value" would be false.
+            if given.is_some() && value.is_none() && !misfit {
                 self.error(p.name.span, format!("parameter `{name}` has no value"))
                     .hint = Some(format!(
                     "set it in the chain config, e.g. `{name}: …`, or give it a default"
