@@ -784,6 +784,34 @@ resp(rpc):
     );
 }
 
+#[test]
+fn reading_a_whole_collection_confines_it_to_no_replica() {
+    // Every key access is by `dst()`, but `size` counts and `foreach` visits the entries of
+    // every server replica: without synchronisation a replica would see only its own.
+    let src = "state:
+    @consistency(weak)
+    served: Map<string, int>
+    @consistency(weak)
+    seen: Map<string, int>
+
+init():
+    pass
+
+req(rpc):
+    set(served, dst(), 1)
+    set(seen, dst(), 1)
+    set_rpc_header(rpc, 'x-replicas', str(size(served)))
+    foreach(seen, lambda(k, v):
+        set_rpc_header(rpc, 'x-last', k)
+    )
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+    assert_eq!(scopes(src), owned(&[("served", Global), ("seen", Global)]));
+}
+
 // ---- what a drop depends on ------------------------------------------------------------------
 
 fn req_props(req: &str) -> HandlerProps {
