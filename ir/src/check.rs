@@ -2922,7 +2922,10 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
 
 /// Folds an expression whose operands are constants.
 fn fold(e: Expr) -> Expr {
-    let is_const = |x: &Expr| matches!(x.kind, ExprKind::Const(_));
+    // A `Dyn` constant stands in for an expression that failed to check; folding over it
+    // (`lang_eq` compares anything) would make `bad == 'x'` a constant `false` and hide the
+    // errors in the branches it guards.
+    let is_const = |x: &Expr| matches!(x.kind, ExprKind::Const(_)) && x.ty != Type::Dyn;
     let span = e.span;
     let ty = e.ty.clone();
     let value = match &e.kind {
