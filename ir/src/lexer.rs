@@ -230,7 +230,7 @@ impl Lexer<'_> {
             if self.at_line_start {
                 self.at_line_start = false;
                 if self.contexts.len() > 1 && self.section_starts_here() {
-                    self.close_unclosed_parens();
+                    self.close_unclosed_parens("close it before the next section starts");
                     self.line_start();
                     continue;
                 }
@@ -260,8 +260,10 @@ impl Lexer<'_> {
                 _ => self.punct(c),
             }
         }
+        if !self.paren_opens.is_empty() {
+            self.close_unclosed_parens("close it before the end of the file");
+        }
         let end = self.src.len();
-        // Close every open context: unclosed parentheses are the parser's to report.
         while let Some(ctx) = self.contexts.pop() {
             if let Context::Block { indents } = ctx {
                 self.push_newline(end);
@@ -604,13 +606,12 @@ impl Lexer<'_> {
         })
     }
 
-    /// A section header inside parentheses: the outermost `(` was never closed. Report it
-    /// and close everything, so the rest of the file lexes as it was written instead of as
-    /// one long expression.
-    fn close_unclosed_parens(&mut self) {
+    /// A section header inside parentheses, or the end of the file: the outermost `(` was
+    /// never closed. Report it and close everything, so the rest of the file lexes as it was
+    /// written instead of as one long expression.
+    fn close_unclosed_parens(&mut self, hint: &str) {
         if let Some(&at) = self.paren_opens.first() {
-            self.error(at, at + 1, "this `(` is never closed").hint =
-                Some("close it before the next section starts".into());
+            self.error(at, at + 1, "this `(` is never closed").hint = Some(hint.into());
         }
         self.paren_opens.clear();
         // The line break goes where the unfinished statement ends, so the parser's own
