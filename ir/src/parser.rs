@@ -190,6 +190,8 @@ impl Parser {
     fn element_file(&mut self) -> ElementFile {
         let mut file = ElementFile::default();
         let mut next = 0usize; // index into SECTIONS of the section expected next
+        // Sections whose header was misspelt (and reported with a suggestion): not "missing".
+        let mut misspelt: Vec<&str> = Vec::new();
         loop {
             self.skip_newlines();
             while self.at(&Tok::Indent) || self.at(&Tok::Dedent) {
@@ -212,11 +214,18 @@ impl Parser {
             };
             let Some(idx) = section else {
                 let found = self.peek().describe();
-                let hint = match self.peek() {
+                let suggestion = match self.peek() {
                     Tok::Name(n) => crate::diag::did_you_mean(n, SECTIONS),
                     _ => None,
+                };
+                if let Some(s) = &suggestion {
+                    misspelt.extend(
+                        SECTIONS
+                            .iter()
+                            .filter(|n| *s == format!("did you mean `{n}`?")),
+                    );
                 }
-                .unwrap_or_else(|| {
+                let hint = suggestion.unwrap_or_else(|| {
                     "an element has four sections, in order: `state:`, `init(…):`, `req(rpc):`, `resp(rpc):`".into()
                 });
                 self.error_here(format!("expected a section, found {found}"))
@@ -261,7 +270,7 @@ impl Parser {
                 2 => file.req.is_none(),
                 _ => file.resp.is_none(),
             };
-            if missing {
+            if missing && !misspelt.contains(name) {
                 let example = match i {
                     0 => "state:\n    pass",
                     1 => "init():\n    pass",
