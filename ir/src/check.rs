@@ -443,6 +443,13 @@ impl Checker<'_> {
             let Some(ty) = ty else {
                 self.error(p.name.span, format!("parameter `{name}` has no type"))
                     .hint = Some(format!("write `{name}: int` (or the type it needs)"));
+                // Still declared: its uses are not "unknown names".
+                self.params.push(ParamInfo {
+                    name,
+                    ty: Type::Dyn,
+                    value: None,
+                    state: None,
+                });
                 continue;
             };
             let default_value = match default {
@@ -460,6 +467,7 @@ impl Checker<'_> {
                 }
                 None => None,
             };
+            let mut misfit = false;
             let value = match config_value {
                 Some(v) => match coerce_value(v, &ty) {
                     Ok(v) => Some(v),
@@ -467,12 +475,14 @@ impl Checker<'_> {
                         self.error(p.name.span, format!(
                             "the chain config gives parameter `{name}` a {found}, but it is declared `{ty}`"
                         ));
+                        misfit = true;
                         None
                     }
                 },
                 None => default_value,
             };
-            if given.is_some() && value.is_none() {
+            // A value of the wrong kind is reported above; "has no value" would be false.
+            if given.is_some() && value.is_none() && !misfit {
                 self.error(p.name.span, format!("parameter `{name}` has no value"))
                     .hint = Some(format!(
                     "set it in the chain config, e.g. `{name}: …`, or give it a default"
@@ -822,6 +832,20 @@ impl Checker<'_> {
     // ---- send ----------------------------------------------------------------------
 
     fn send(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        let out = self.send_checked(args, span);
+        // A `send` to `Up`/`Down` ends the handler even when it is malformed: that is where
+        // the author meant it to end, so "can end without `send`" would be a false follow-on.
+        let ends_handler = matches!(
+            args.get(1).map(|a| &a.kind),
+            Some(ast::ExprKind::Name(n)) if matches!(n.as_str(), "Up" | "up" | "Down" | "down")
+        );
+        if out.is_none() && ends_handler && self.handler() != Handler::Init {
+            self.bx().reachable = false;
+        }
+        out
+    }
+
+    fn send_checked(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
         if !self.arity(
             "send",
             args,
@@ -1260,7 +1284,9 @@ impl Checker<'_> {
 
     fn match_checked(&mut self, s: Expr, arms: &[ast::Arm]) -> StmtKind {
         let constant = match &s.kind {
-            ExprKind::Const(v) => Some(v.clone()),
+            // A `Dyn` constant is the stand-in for a scrutinee that failed to check: folding on
+            // it would mark every arm dead and hide the errors inside them.
+            ExprKind::Const(v) if s.ty != Type::Dyn => Some(v.clone()),
             _ => None,
         };
         let before = self.bx().defined.clone();
@@ -2770,7 +2796,9 @@ impl Checker<'_> {
                     arg.span
                 };
                 let mut hint = e.hint.clone();
-                if hint.is_none() && matches!(text.as_str(), "dst" | "src" | "method") {
+                // The schema always offers a hint (a close name, or the list of fields), but
+                // for these names the author almost surely meant the RPC's own attribute.
+                if matches!(text.as_str(), "dst" | "src" | "method") {
                     hint = Some(format!(
                         "the RPC's {text} is `{text}()`, not a message field"
                     ));
@@ -2899,7 +2927,10 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
 
 /// Folds an expression whose operands are constants.
 fn fold(e: Expr) -> Expr {
-    let is_const = |x: &Expr| matches!(x.kind, ExprKind::Const(_));
+    // A `Dyn` constant stands in for an expression that failed to check; folding over it
+    // (`lang_eq` compares anything) would make `bad == 'x'` a constant `false` and hide the
+    // errors in the branches it guards.
+    let is_const = |x: &Expr| matches!(x.kind, ExprKind::Const(_)) && x.ty != Type::Dyn;
     let span = e.span;
     let ty = e.ty.clone();
     let value = match &e.kind {

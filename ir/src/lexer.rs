@@ -154,6 +154,8 @@ pub fn lex(file: &SourceFile) -> (Vec<Token>, Vec<Diagnostic>) {
         diags: Vec::new(),
         contexts: vec![Context::Block { indents: vec![0] }],
         at_line_start: true,
+        paren_opens: Vec::new(),
+        last_end: 0,
     };
     if file.text.len() >= MAX_SOURCE_LEN {
         lx.diags.push(Diagnostic::error(
@@ -172,6 +174,10 @@ struct Lexer<'a> {
     diags: Vec<Diagnostic>,
     contexts: Vec<Context>,
     at_line_start: bool,
+    /// Where each open `(` is, outermost first.
+    paren_opens: Vec<usize>,
+    /// End of the last real (non-layout) token.
+    last_end: usize,
 }
 
 impl Lexer<'_> {
@@ -190,6 +196,7 @@ impl Lexer<'_> {
             tok,
             span: Span::new(start, self.pos),
         });
+        self.last_end = self.pos;
     }
 
     fn push_at(&mut self, tok: Tok, at: usize) {
@@ -222,6 +229,11 @@ impl Lexer<'_> {
         while self.pos < self.src.len() {
             if self.at_line_start {
                 self.at_line_start = false;
+                if self.contexts.len() > 1 && self.section_starts_here() {
+                    self.close_unclosed_parens("close it before the next section starts");
+                    self.line_start();
+                    continue;
+                }
                 if !self.in_parens() {
                     self.line_start();
                     continue;
@@ -248,8 +260,10 @@ impl Lexer<'_> {
                 _ => self.punct(c),
             }
         }
+        if !self.paren_opens.is_empty() {
+            self.close_unclosed_parens("close it before the end of the file");
+        }
         let end = self.src.len();
-        // Close every open context: unclosed parentheses are the parser's to report.
         while let Some(ctx) = self.contexts.pop() {
             if let Context::Block { indents } = ctx {
                 self.push_newline(end);
@@ -526,10 +540,16 @@ impl Lexer<'_> {
             ">=" => (Some(Tok::Ge), 2),
             "=>" => (Some(Tok::FatArrow), 2),
             "&&" | "||" => {
-                let word = if two == "&&" { "and" } else { "or" };
+                let (word, tok) = if two == "&&" {
+                    ("and", Tok::And)
+                } else {
+                    ("or", Tok::Or)
+                };
                 self.pos += 2;
                 self.error(start, self.pos, format!("`{two}` is not an operator"))
                     .hint = Some(format!("write `{word}`"));
+                // Read it as meant, so the parser does not report the rest of the line too.
+                self.push(tok, start);
                 return;
             }
             _ => match c {
@@ -562,7 +582,7 @@ impl Lexer<'_> {
             return;
         };
         match tok {
-            Tok::LParen => self.open_paren(),
+            Tok::LParen => self.open_paren(start),
             Tok::RParen => self.close_paren(start),
             Tok::Colon => {
                 self.push(Tok::Colon, start);
@@ -576,7 +596,50 @@ impl Lexer<'_> {
         self.push(tok, start);
     }
 
-    fn open_paren(&mut self) {
+    /// Whether the line starting here is a section header at column 1 (`req(…):`, `state:`).
+    /// No continuation line of an expression looks like that.
+    fn section_starts_here(&self) -> bool {
+        let rest = &self.src[self.pos..];
+        ["state", "init", "req", "resp"].iter().any(|kw| {
+            rest.strip_prefix(kw)
+                .is_some_and(|r| r.trim_start_matches(' ').starts_with(['(', ':']))
+        })
+    }
+
+    /// A section header inside parentheses, or the end of the file: the outermost `(` was
+    /// never closed. Report it and close everything, so the rest of the file lexes as it was
+    /// written instead of as one long expression.
+    fn close_unclosed_parens(&mut self, hint: &str) {
+        if let Some(&at) = self.paren_opens.first() {
+            self.error(at, at + 1, "this `(` is never closed").hint = Some(hint.into());
+        }
+        self.paren_opens.clear();
+        // The line break goes where the unfinished statement ends, so the parser's own
+        // complaint about it stays on that line.
+        // The missing `)`s are supplied, so the parser sees the statement complete and does not
+        // report the same mistake again.
+        let end = self.last_end;
+        while self.contexts.len() > 1 {
+            match self.contexts.pop() {
+                Some(Context::Block { indents }) => {
+                    self.push_newline(end);
+                    for _ in 1..indents.len() {
+                        self.push_at(Tok::Dedent, end);
+                    }
+                }
+                Some(Context::Parens { depth }) => {
+                    for _ in 0..depth {
+                        self.push_at(Tok::RParen, end);
+                    }
+                }
+                None => {}
+            }
+        }
+        self.push_newline(end);
+    }
+
+    fn open_paren(&mut self, at: usize) {
+        self.paren_opens.push(at);
         match self.contexts.last_mut() {
             Some(Context::Parens { depth }) => *depth += 1,
             _ => {
@@ -590,6 +653,7 @@ impl Lexer<'_> {
     }
 
     fn close_paren(&mut self, at: usize) {
+        self.paren_opens.pop();
         // A `)` that ends a lambda body on the body's own last line closes the body first.
         while let Some(Context::Block { indents }) = self.contexts.last() {
             if self.contexts.len() == 1 {
@@ -789,6 +853,33 @@ mod tests {
         );
         let (_, d) = lex(&SourceFile::new("t", "a && b\n"));
         assert_eq!(d[0].hint.as_deref(), Some("write `and`"));
+    }
+
+    #[test]
+    fn a_section_header_closes_parentheses_left_open() {
+        // The outermost `(` is reported, and the next section lexes as a section: every block
+        // opened before its header is closed before it.
+        for (src, open_at) in [
+            ("init():\n    x = f(a,\n  b\nreq(rpc):\n    pass\n", 17),
+            (
+                "req(rpc):\n    foreach(v, lambda(x):\n        pass\nresp(rpc):\n    pass\n",
+                21,
+            ),
+        ] {
+            let (t, d) = lex(&SourceFile::new("t", src));
+            assert_eq!(d.len(), 1, "{src:?}: {d:?}");
+            assert_eq!(d[0].message, "this `(` is never closed");
+            assert_eq!(d[0].span, Span::new(open_at, open_at + 1), "{src:?}");
+            let header = t
+                .iter()
+                .rposition(|t| matches!(&t.tok, Tok::Name(n) if n == "req" || n == "resp"))
+                .unwrap();
+            let before = &t[..header];
+            let count = |k: Tok| before.iter().filter(|t| t.tok == k).count();
+            assert_eq!(count(Tok::Indent), count(Tok::Dedent), "{src:?}: {t:?}");
+            assert_eq!(count(Tok::LParen), count(Tok::RParen), "{src:?}: {t:?}");
+            assert_eq!(before.last().map(|t| &t.tok), Some(&Tok::Dedent));
+        }
     }
 
     #[test]

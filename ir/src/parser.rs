@@ -19,7 +19,8 @@ pub fn parse(file: &SourceFile) -> (ElementFile, Vec<Diagnostic>) {
         depth: 0,
     };
     let element = p.element_file();
-    diags.append(&mut p.diags);
+    let parsed = drop_follow_ons(file, &diags, p.diags);
+    diags.extend(parsed);
     (element, diags)
 }
 
@@ -39,8 +40,32 @@ pub fn parse_expr(file: &SourceFile) -> (Expr, Vec<Diagnostic>) {
             p.peek().describe()
         ));
     }
-    diags.append(&mut p.diags);
+    let parsed = drop_follow_ons(file, &diags, p.diags);
+    diags.extend(parsed);
     (e, diags)
+}
+
+/// A lexer error garbles the rest of its line (an unterminated string swallows the `:` after
+/// it), so parser errors later on that line are its consequences, not new mistakes.
+fn drop_follow_ons(
+    file: &SourceFile,
+    lexed: &[Diagnostic],
+    parsed: Vec<Diagnostic>,
+) -> Vec<Diagnostic> {
+    let garbled: Vec<(usize, u32)> = lexed
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| (file.line_col(d.span.start).0, d.span.start))
+        .collect();
+    parsed
+        .into_iter()
+        .filter(|d| {
+            let line = file.line_col(d.span.start).0;
+            !garbled
+                .iter()
+                .any(|&(l, start)| l == line && start <= d.span.start)
+        })
+        .collect()
 }
 
 struct Parser {
@@ -165,6 +190,8 @@ impl Parser {
     fn element_file(&mut self) -> ElementFile {
         let mut file = ElementFile::default();
         let mut next = 0usize; // index into SECTIONS of the section expected next
+        // Sections whose header was misspelt (and reported with a suggestion): not "missing".
+        let mut misspelt: Vec<&str> = Vec::new();
         loop {
             self.skip_newlines();
             while self.at(&Tok::Indent) || self.at(&Tok::Dedent) {
@@ -187,11 +214,18 @@ impl Parser {
             };
             let Some(idx) = section else {
                 let found = self.peek().describe();
-                let hint = match self.peek() {
+                let suggestion = match self.peek() {
                     Tok::Name(n) => crate::diag::did_you_mean(n, SECTIONS),
                     _ => None,
+                };
+                if let Some(s) = &suggestion {
+                    misspelt.extend(
+                        SECTIONS
+                            .iter()
+                            .filter(|n| *s == format!("did you mean `{n}`?")),
+                    );
                 }
-                .unwrap_or_else(|| {
+                let hint = suggestion.unwrap_or_else(|| {
                     "an element has four sections, in order: `state:`, `init(…):`, `req(rpc):`, `resp(rpc):`".into()
                 });
                 self.error_here(format!("expected a section, found {found}"))
@@ -236,7 +270,7 @@ impl Parser {
                 2 => file.req.is_none(),
                 _ => file.resp.is_none(),
             };
-            if missing {
+            if missing && !misspelt.contains(name) {
                 let example = match i {
                     0 => "state:\n    pass",
                     1 => "init():\n    pass",
@@ -752,7 +786,7 @@ impl Parser {
     fn if_statement(&mut self) -> PResult<Stmt> {
         let start = self.bump().span;
         let mut branches = Vec::new();
-        let cond = self.expr_checked()?;
+        let cond = self.condition();
         self.expect(&Tok::Colon, "`:` after the condition")?;
         branches.push((cond, self.block()?));
         let mut otherwise = None;
@@ -761,7 +795,7 @@ impl Parser {
             // after the block's DEDENT-free end.
             if self.at(&Tok::Elif) {
                 self.bump();
-                let cond = self.expr_checked()?;
+                let cond = self.condition();
                 self.expect(&Tok::Colon, "`:` after the condition")?;
                 branches.push((cond, self.block()?));
             } else if self.at(&Tok::Else) {
@@ -781,6 +815,21 @@ impl Parser {
             },
             span: start.to(end),
         })
+    }
+
+    /// An `if`/`elif` condition. A malformed one (already reported) becomes an error node
+    /// but does not abandon the statement: skipping it would leave its `elif`/`else` behind,
+    /// to be reported again as "without a preceding `if`".
+    fn condition(&mut self) -> Expr {
+        let before = self.diags.len();
+        let e = self.expr();
+        if self.diags.len() > before {
+            return Expr {
+                kind: ExprKind::Error,
+                span: e.span,
+            };
+        }
+        e
     }
 
     // ---- expressions ---------------------------------------------------------------
@@ -993,6 +1042,30 @@ impl Parser {
             if !self.eat(&Tok::Comma) {
                 break;
             }
+        }
+        let starts_expr = matches!(
+            self.peek(),
+            Tok::Name(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::True
+                | Tok::False
+                | Tok::LParen
+                | Tok::Lambda
+                | Tok::Not
+        );
+        if !args.is_empty() && starts_expr {
+            // `f(a b)`: another argument follows, so the comma is what is missing.
+            let found = self.peek().describe();
+            self.error_here(format!(
+                "expected `,` or `)` after an argument, found {found}"
+            ))
+            .hint = Some("separate the arguments with `,`".into());
+            return Expr {
+                kind: ExprKind::Error,
+                span: func.span,
+            };
         }
         if self.expect(&Tok::RParen, "`)` to close the call").is_err() {
             return Expr {

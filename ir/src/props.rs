@@ -244,6 +244,12 @@ impl Analysis<'_> {
         w.keys.entry(var).or_default().push(t.clone());
     }
 
+    /// A read of the whole collection (`size`, `foreach`, a vector read whole) sees every
+    /// key, whichever replica wrote it, so it confines the variable to no replica.
+    fn note_every_key(w: &mut HandlerWalk, var: VarId) {
+        Self::note_key(w, var, &Taint::new());
+    }
+
     fn assign(&self, w: &mut HandlerWalk, local: LocalId, t: &Taint) {
         let slot = &mut w.locals[local];
         let before = slot.len();
@@ -350,6 +356,7 @@ impl Analysis<'_> {
             StmtKind::ForEach { coll, binder, body } => {
                 let ct = match coll {
                     Collection::State(v) => {
+                        Self::note_every_key(w, *v);
                         w.props
                             .state_read
                             .insert(self.element.state[*v].name.clone());
@@ -419,6 +426,9 @@ impl Analysis<'_> {
             ExprKind::Const(_) | ExprKind::Param(_) => {}
             ExprKind::Local(l) => t.extend(w.locals[*l].iter().cloned()),
             ExprKind::StateLoad(v) => {
+                if self.element.state[*v].kind != CellKind::Scalar {
+                    Self::note_every_key(w, *v);
+                }
                 let name = self.element.state[*v].name.clone();
                 w.props.state_read.insert(name.clone());
                 t.insert(Source::State(name));
@@ -455,6 +465,7 @@ impl Analysis<'_> {
                 t.extend(bt);
             }
             ExprKind::StateSize(v) => {
+                Self::note_every_key(w, *v);
                 let name = self.element.state[*v].name.clone();
                 w.props.state_read.insert(name.clone());
                 t.insert(Source::State(name));

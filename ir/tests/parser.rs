@@ -273,10 +273,13 @@ fn deep_nesting_is_refused_not_a_stack_overflow() {
         errs.iter().any(|e| e.contains("nested too deeply")),
         "{errs:?}"
     );
-    for prefix in ["not ", "- ", "f("] {
+    // Each input is well formed except for its depth (an unclosed `(` would be reported as
+    // such, with the depth error on its line dropped as a follow-on).
+    for (prefix, suffix) in [("not ", ""), ("- ", ""), ("f(", ")")] {
         let src = format!(
-            "state:\n    pass\ninit():\n    x = {}1\nreq(rpc):\n    pass\nresp(rpc):\n    pass\n",
-            prefix.repeat(depth)
+            "state:\n    pass\ninit():\n    x = {}1{}\nreq(rpc):\n    pass\nresp(rpc):\n    pass\n",
+            prefix.repeat(depth),
+            suffix.repeat(depth)
         );
         let errs = parse_errors(&src);
         assert!(
