@@ -2806,9 +2806,13 @@ impl Checker<'_> {
                 let d = self.error(
                     span,
                     format!(
-                        "{} (in `{}` of method `{}`)",
+                        "{} (the {} of `{}`)",
                         e.message,
-                        desc.full_name(),
+                        if *msg_ty == Type::Request {
+                            "request"
+                        } else {
+                            "response"
+                        },
                         method.full_name
                     ),
                 );

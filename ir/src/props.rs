@@ -390,6 +390,7 @@ impl Analysis<'_> {
     fn write_state(&mut self, w: &mut HandlerWalk, var: VarId, t: Taint) {
         let name = self.element.state[var].name.clone();
         w.props.state_written.insert(name.clone());
+        note_whole_message(w, &t);
         add_deps(&mut w.props.write_deps, &format!("state:{name}"), &t);
     }
 
@@ -412,7 +413,8 @@ impl Analysis<'_> {
                 w.props.drop_deps.extend(ctrl.iter().map(Source::label));
             }
             SendKind::Channel { channel, value } => {
-                self.expr(w, value, ctrl, h);
+                let t = self.expr(w, value, ctrl, h);
+                note_whole_message(w, &t);
                 w.props
                     .channels
                     .insert(self.element.channels[*channel].clone());
@@ -556,6 +558,15 @@ impl Analysis<'_> {
             }
         }
         t
+    }
+}
+
+/// A whole message stored in state (a cache) or written to a channel (a logger) makes what
+/// is stored or written depend on every field: record the read as `*`, as `byte_size(rpc)`
+/// does, so a field writer cannot move across it unnoticed.
+fn note_whole_message(w: &mut HandlerWalk, t: &Taint) {
+    if t.contains(&Source::Message) {
+        w.props.fields_read.insert("*".into());
     }
 }
 

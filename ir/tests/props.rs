@@ -221,7 +221,8 @@ fn cache() {
                 ..NOTHING
             },
             Expect {
-                fields_read: &["meta_status"],
+                // The stored entry is the whole response.
+                fields_read: &["*", "meta_status"],
                 state_written: &["cache"],
                 ..NOTHING
             },
@@ -447,7 +448,9 @@ fn loadbalance_sticky() {
 #[test]
 fn logging() {
     let p = std_props("logging", &[]);
+    // Each record is the whole message, so it depends on every field.
     let logs = Expect {
+        fields_read: &["*"],
         channels: &["log"],
         ..NOTHING
     };
