@@ -586,7 +586,7 @@ fn a_match_on_a_constant_parameter_keeps_only_the_arm_it_takes() {
     assert_eq!(
         c.errors(),
         [
-            "`catalog.v1.LookupRequest` has no field `nope` (in `catalog.v1.LookupRequest` of method `catalog.v1.Catalog/Lookup`)"
+            "`catalog.v1.LookupRequest` has no field `nope` (the request of `catalog.v1.Catalog/Lookup`)"
         ]
     );
     assert!(c.element.is_none());
@@ -866,7 +866,7 @@ fn resolved_paths_record_each_step_and_oneof_siblings() {
 
 #[test]
 fn unreadable_field_paths_are_errors_that_say_why() {
-    const IN: &str = " (in `catalog.v1.LookupRequest` of method `catalog.v1.Catalog/Lookup`)";
+    const IN: &str = " (the request of `catalog.v1.Catalog/Lookup`)";
     let cases = [
         ("customer", "`customer` is a message, not a value"),
         (
@@ -901,7 +901,7 @@ fn unreadable_field_paths_are_errors_that_say_why() {
     assert_eq!(
         field("skus", true),
         Err(
-            "`catalog.v1.LookupReply` has no field `skus` (in `catalog.v1.LookupReply` of method `catalog.v1.Catalog/Lookup`)"
+            "`catalog.v1.LookupReply` has no field `skus` (the response of `catalog.v1.Catalog/Lookup`)"
                 .into()
         )
     );
