@@ -5,6 +5,7 @@
 //! functions (hashing, AEAD, compression, quantiles…). One implementation of each built-in
 //! means one semantics.
 
+pub mod abi;
 pub mod builtins;
 pub mod channel;
 pub mod clock;

@@ -192,11 +192,19 @@ pub trait StateStore {
     /// Every variable as a whole value (scalar, `Value::Map`, `Value::Vec`), by name, as this
     /// instance sees it (for state dumps and differential tests).
     fn snapshot(&mut self) -> Vec<(String, Value)>;
+    /// The block of 8-byte slots where this store keeps local scalars that compiled code
+    /// addresses directly (see [`crate::abi::BlockStore`]); `None` for every other store.
+    fn scalar_block(&mut self) -> Option<*mut u64> {
+        None
+    }
 }
 
 impl<S: StateStore + ?Sized> StateStore for &mut S {
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         (**self).snapshot()
+    }
+    fn scalar_block(&mut self) -> Option<*mut u64> {
+        (**self).scalar_block()
     }
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         (**self).get(var, key)

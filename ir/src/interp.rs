@@ -58,6 +58,37 @@ impl Instance {
     pub fn in_flight(&self) -> usize {
         self.scratch.len()
     }
+
+    /// Starts an RPC's scratch with `slots` unset keys (compiled executors call these; the
+    /// interpreter does the same in [`on_request`] and [`on_response`]).
+    pub fn scratch_begin(&mut self, rpc_id: u64, slots: usize) {
+        self.scratch.insert(rpc_id, vec![None; slots]);
+    }
+
+    /// Ends an RPC's scratch (its response passed, or its `resp` handler will not run).
+    pub fn scratch_end(&mut self, rpc_id: u64) {
+        self.scratch.remove(&rpc_id);
+    }
+
+    /// `get_metadata`: the value set for `key` during this RPC, if any.
+    pub fn scratch_get(&self, rpc_id: u64, key: MetaId) -> Option<&Value> {
+        self.scratch
+            .get(&rpc_id)
+            .and_then(|s| s.get(key))
+            .and_then(Option::as_ref)
+    }
+
+    /// `set_metadata`: ignored when the RPC has no scratch (as in the interpreter).
+    pub fn scratch_set(&mut self, rpc_id: u64, key: MetaId, value: Value) {
+        if let Some(slot) = self.scratch.get_mut(&rpc_id).and_then(|s| s.get_mut(key)) {
+            *slot = Some(value);
+        }
+    }
+
+    /// Counts a run-time error against this instance, as the interpreter does.
+    pub fn count_error(&mut self, err: &RuntimeError) {
+        count(self, err);
+    }
 }
 
 /// What the RPC is, for `rpc_id()`, `method()`, `src()`, `dst()`.

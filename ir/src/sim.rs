@@ -288,8 +288,9 @@ impl PartialOrd for Event {
 struct InFlight {
     info: RpcInfo,
     method: usize,
-    /// The instance (element index, replica) that ran each element's request handler.
-    path: Vec<(usize, String)>,
+    /// Each segment the request entered: its first element, how many of its elements
+    /// forwarded the request (their `resp` handlers run), and the replica it ran on.
+    segments: Vec<(usize, usize, String)>,
     outcome: Outcome,
     by: Option<String>,
     /// Set when the request was answered or rejected before reaching the server.
@@ -297,19 +298,150 @@ struct InFlight {
     server_request: Option<Message>,
 }
 
+/// How the simulator runs element handlers: the reference interpreter ([`Interp`]) or a
+/// compiled executor (the JIT crate implements this trait).
+///
+/// The simulator hands an executor one *segment* at a time: consecutive elements that run in
+/// one processor (the same side of the edge, and the same replica), so a compiling executor
+/// can fuse the segment into one native function per direction.
+pub trait Executor {
+    /// Wraps the state store of a new instance (a compiled executor may keep some variables
+    /// where its code addresses them directly). The default keeps the store as it is.
+    fn wrap_store(
+        &self,
+        _ir: &Element,
+        store: Box<dyn StateStore + Send>,
+    ) -> Box<dyn StateStore + Send> {
+        store
+    }
+
+    /// Runs the request handlers of `elements` in chain order on one request, stopping at the
+    /// first element that rejects or replies.
+    fn request(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> SegmentRequest;
+
+    /// Runs the response handlers of `elements[..=start]` from `start` back to 0.
+    fn response(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        start: usize,
+        msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> Message;
+}
+
+/// What a segment did with a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SegmentRequest {
+    /// The index in the segment of the element that rejected or replied, or the segment's
+    /// length when the request was forwarded.
+    pub decided: usize,
+    pub verdict: Verdict,
+    /// The `dst` header of the request as the deciding element received it (for a forwarded
+    /// request, as it leaves the segment).
+    pub routed: Option<String>,
+}
+
+/// The reference interpreter, one element at a time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Interp;
+
+impl Executor for Interp {
+    fn request(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        mut msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> SegmentRequest {
+        for (k, (e, inst)) in elements.iter().zip(instances.iter_mut()).enumerate() {
+            let routed = msg.headers.get("dst").cloned();
+            match interp::on_request(inst, e, msg, rpc, host) {
+                Verdict::Forward(m) => msg = m,
+                verdict => {
+                    return SegmentRequest {
+                        decided: k,
+                        verdict,
+                        routed,
+                    };
+                }
+            }
+        }
+        SegmentRequest {
+            decided: elements.len(),
+            routed: msg.headers.get("dst").cloned(),
+            verdict: Verdict::Forward(msg),
+        }
+    }
+
+    fn response(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        start: usize,
+        mut msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> Message {
+        for k in (0..=start.min(elements.len().saturating_sub(1))).rev() {
+            if let (Some(e), Some(inst)) = (elements.get(k), instances.get_mut(k)) {
+                msg = interp::on_response(inst, e, msg, rpc, host);
+            }
+        }
+        msg
+    }
+}
+
+/// Whether an element's request handler may set a header (and so route the request to
+/// another replica of the server side). The simulator ends a segment after such an element,
+/// because the next server-side element's instance depends on the header it sets.
+pub fn sets_headers(e: &Element) -> bool {
+    fn block(b: &[crate::ir::Stmt]) -> bool {
+        b.iter().any(|s| match &s.kind {
+            crate::ir::StmtKind::SetHeader { .. } => true,
+            crate::ir::StmtKind::Match { arms, .. } => arms.iter().any(|a| block(&a.body)),
+            crate::ir::StmtKind::ForEach { body, .. } => block(body),
+            _ => false,
+        })
+    }
+    block(&e.req.block)
+}
+
 struct InstanceSlot {
     instance: Instance,
 }
 
-/// Simulates an edge over a trace.
+/// Simulates an edge over a trace with the reference interpreter.
 pub fn simulate(
     edge: &LoadedEdge,
     trace: &[TraceLine],
     opts: SimOptions,
     sync_interval: f64,
 ) -> Result<SimReport, SimError> {
+    simulate_with(edge, trace, opts, sync_interval, &Interp)
+}
+
+/// Simulates an edge over a trace, running handlers with `executor`.
+pub fn simulate_with(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+    executor: &dyn Executor,
+) -> Result<SimReport, SimError> {
     let mut sim = Sim {
         edge,
+        executor,
+        slots: Vec::new(),
         opts,
         clock: VirtualClock::new(0.0),
         shared: SharedState::new(),
@@ -385,7 +517,8 @@ pub fn simulate(
     }
     let mut state = BTreeMap::new();
     let mut errors = BTreeMap::new();
-    for ((k, replica), slot) in &mut sim.instances {
+    for ((k, replica), &i) in &sim.instances {
+        let slot = &mut sim.slots[i];
         let name = format!("{}@{replica}", edge.elements[*k].use_.name);
         errors.insert(
             name.clone(),
@@ -434,10 +567,13 @@ fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
 
 struct Sim<'a> {
     edge: &'a LoadedEdge,
+    executor: &'a dyn Executor,
     opts: SimOptions,
     clock: VirtualClock,
     shared: SharedState,
-    instances: BTreeMap<(usize, String), InstanceSlot>,
+    /// Instance (element index, replica) → its index in `slots`.
+    instances: BTreeMap<(usize, String), usize>,
+    slots: Vec<InstanceSlot>,
     /// Elements (by index) whose first instance exists, so their shared config state is set.
     configured: BTreeSet<usize>,
     channels: Vec<ChannelRecord>,
@@ -485,7 +621,7 @@ impl Sim<'_> {
         k: usize,
         replica: &str,
         method: &MethodSchema,
-    ) -> Result<&mut InstanceSlot, SimError> {
+    ) -> Result<usize, SimError> {
         let key = (k, replica.to_owned());
         if !self.instances.contains_key(&key) {
             let ir = self.ir(k, method)?;
@@ -494,7 +630,8 @@ impl Sim<'_> {
                 .shared
                 .instance_store(&self.scope(k), replica, &var_specs(&ir));
             let rng = SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", el.use_.name));
-            let mut instance = Instance::new(el.use_.name.clone(), Box::new(store), Box::new(rng));
+            let store = self.executor.wrap_store(&ir, Box::new(store));
+            let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
             let mut host = Host {
                 clock: &self.clock,
                 channels: &mut self.channels,
@@ -521,11 +658,12 @@ impl Sim<'_> {
             for c in self.control.iter().filter(|c| c.element == el.use_.name) {
                 control_apply(instance.store.as_mut(), &ir, c)?;
             }
-            self.instances
-                .insert(key.clone(), InstanceSlot { instance });
+            self.slots.push(InstanceSlot { instance });
+            self.instances.insert(key.clone(), self.slots.len() - 1);
         }
         self.instances
-            .get_mut(&key)
+            .get(&key)
+            .copied()
             .ok_or_else(|| SimError::Element {
                 element: self.edge.elements[k].use_.name.clone(),
                 message: "instance vanished".into(),
@@ -563,9 +701,9 @@ impl Sim<'_> {
                     .instance_store(&self.scope(k), CONTROL_PLANE, &var_specs(&ir));
             return control_apply(&mut store, &ir, c);
         }
-        for ((ek, _), slot) in self.instances.iter_mut() {
+        for ((ek, _), &i) in self.instances.iter() {
             if *ek == k {
-                control_apply(slot.instance.store.as_mut(), &ir, c)?;
+                control_apply(self.slots[i].instance.store.as_mut(), &ir, c)?;
             }
         }
         self.control.push(c.clone());
@@ -578,6 +716,21 @@ impl Sim<'_> {
             "{}/{}",
             self.edge.edge.name, self.edge.elements[k].use_.name
         )
+    }
+
+    /// One past the last element of the segment that starts at `k`: consecutive elements on
+    /// the same side, ended after a server-side element that may route the request (the next
+    /// one's replica depends on the header it sets).
+    fn segment_end(&self, k: usize, method: &MethodSchema) -> Result<usize, SimError> {
+        let side = self.side(k);
+        let mut end = k + 1;
+        while end < self.edge.elements.len() && self.side(end) == side {
+            if side == Side::Server && sets_headers(&*self.ir(end - 1, method)?) {
+                break;
+            }
+            end += 1;
+        }
+        Ok(end)
     }
 
     fn replica_for(&self, k: usize, src: &str, msg: &Message) -> String {
@@ -627,50 +780,57 @@ impl Sim<'_> {
         let mut flight = InFlight {
             info,
             method: method_pos,
-            path: Vec::new(),
+            segments: Vec::new(),
             outcome: Outcome::Ok,
             by: None,
             early_response: None,
             server_request: None,
         };
-        for k in 0..self.edge.elements.len() {
+        let n = self.edge.elements.len();
+        let mut k = 0;
+        while k < n {
             let replica = self.replica_for(k, &r.src, &msg);
-            let ir = self.ir(k, &method)?;
-            flight.path.push((k, replica.clone()));
-            let clock = self.clock.clone();
-            let mut channels = std::mem::take(&mut self.channels);
-            let slot = self.instance(k, &replica, &method)?;
+            let mut end = self.segment_end(k, &method)?;
+            if (k..end).any(|j| !self.instances.contains_key(&(j, replica.clone()))) {
+                // An instance comes to life (and runs `init`) only when a request first
+                // reaches its element, so a segment with a missing instance runs one element
+                // at a time until all of them exist.
+                end = k + 1;
+            }
+            let mut irs = Vec::with_capacity(end - k);
+            let mut slots = Vec::with_capacity(end - k);
+            for j in k..end {
+                irs.push(self.ir(j, &method)?);
+                slots.push(self.instance(j, &replica, &method)?);
+            }
+            let mut instances = borrow_instances(&mut self.slots, &slots);
             let mut host = Host {
-                clock: &clock,
-                channels: &mut channels,
+                clock: &self.clock,
+                channels: &mut self.channels,
             };
-            let verdict = interp::on_request(
-                &mut slot.instance,
-                &ir,
-                msg.clone(),
-                &flight.info,
-                &mut host,
-            );
-            self.channels = channels;
-            match verdict {
+            let done = self
+                .executor
+                .request(&irs, &mut instances, msg, &flight.info, &mut host);
+            flight.segments.push((k, done.decided, replica));
+            let by = k + done.decided;
+            match done.verdict {
                 Verdict::Forward(m) => msg = m,
                 Verdict::Reject { code, message } => {
-                    flight.path.pop();
                     flight.outcome = Outcome::Rejected;
-                    flight.info.routed = msg.headers.get("dst").cloned();
-                    flight.by = Some(self.edge.elements[k].use_.name.clone());
+                    flight.info.routed = done.routed;
+                    flight.by = Some(self.edge.elements[by].use_.name.clone());
                     flight.early_response = Some(Message::error(code, message));
                     return Ok(flight);
                 }
                 Verdict::Reply(m) => {
-                    flight.path.pop();
                     flight.outcome = Outcome::Replied;
-                    flight.info.routed = msg.headers.get("dst").cloned();
-                    flight.by = Some(self.edge.elements[k].use_.name.clone());
+                    flight.info.routed = done.routed;
+                    flight.by = Some(self.edge.elements[by].use_.name.clone());
                     flight.early_response = Some(m);
                     return Ok(flight);
                 }
             }
+            k = end;
         }
         flight.info.routed = msg.headers.get("dst").cloned();
         flight.server_request = Some(msg);
@@ -698,17 +858,29 @@ impl Sim<'_> {
                 m
             }
         };
-        for (k, replica) in flight.path.iter().rev() {
-            let ir = self.ir(*k, &method)?;
-            let clock = self.clock.clone();
-            let mut channels = std::mem::take(&mut self.channels);
-            let slot = self.instance(*k, replica, &method)?;
+        for (k, ran, replica) in flight.segments.iter().rev() {
+            if *ran == 0 {
+                continue;
+            }
+            let mut irs = Vec::with_capacity(*ran);
+            let mut slots = Vec::with_capacity(*ran);
+            for j in *k..*k + *ran {
+                irs.push(self.ir(j, &method)?);
+                slots.push(self.instance(j, replica, &method)?);
+            }
+            let mut instances = borrow_instances(&mut self.slots, &slots);
             let mut host = Host {
-                clock: &clock,
-                channels: &mut channels,
+                clock: &self.clock,
+                channels: &mut self.channels,
             };
-            resp = interp::on_response(&mut slot.instance, &ir, resp, &flight.info, &mut host);
-            self.channels = channels;
+            resp = self.executor.response(
+                &irs,
+                &mut instances,
+                *ran - 1,
+                resp,
+                &flight.info,
+                &mut host,
+            );
         }
         let server = flight.server_request.as_ref();
         let server_saw = match server {
@@ -739,6 +911,15 @@ impl Sim<'_> {
             by: flight.by,
         })
     }
+}
+
+/// Mutable borrows of the instances at distinct indices `at`, in that order.
+fn borrow_instances<'s>(slots: &'s mut [InstanceSlot], at: &[usize]) -> Vec<&'s mut Instance> {
+    let mut all: Vec<Option<&mut Instance>> =
+        slots.iter_mut().map(|s| Some(&mut s.instance)).collect();
+    at.iter()
+        .filter_map(|&i| all.get_mut(i).and_then(Option::take))
+        .collect()
 }
 
 /// The replica name control-plane writes to shared state go through.

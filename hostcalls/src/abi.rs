@@ -1,0 +1,321 @@
+//! The ABI between compiled element code and the host.
+//!
+//! A compiled segment is an `extern "C" fn(*mut RpcCtx) -> u32`. Scalars (int, uint, float,
+//! bool, Instant) live in registers; every other value (strings, bytes, Vec, Map, pairs,
+//! Options, messages) lives in a per-call arena owned by the host and is named by a *handle*
+//! (its index). Compiled code reaches the host only through the functions listed in
+//! [`HostFn`], each `extern "C"` with the context as its first argument, and through the
+//! fields of [`RpcCtx`] (verdict out-params, per-element scalar state blocks).
+//!
+//! Host functions never unwind into compiled code: each one catches panics and reports them
+//! as a failed call. A failed call sets [`RpcCtx::err`]; compiled code checks it after every
+//! call that can fail and leaves the element with the error, which the host turns into the
+//! same status and counters as the interpreter's.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::state::{StateError, StateStore, VarId};
+use crate::value::Value;
+
+/// What a segment's request function decided ([`RpcCtx::verdict`]).
+pub mod verdict {
+    /// Every element forwarded the request; [`super::RpcCtx::msg`] is the request to send on.
+    pub const FORWARD: u32 = 0;
+    /// Element [`super::RpcCtx::decided`] answered locally with [`super::RpcCtx::msg`].
+    pub const REPLY: u32 = 1;
+    /// Element [`super::RpcCtx::decided`] rejected with [`super::RpcCtx::code`]; the message
+    /// text is held by the host.
+    pub const REJECT: u32 = 2;
+    /// Element [`super::RpcCtx::decided`] failed at run time; the host holds the error.
+    pub const ERROR: u32 = 3;
+}
+
+/// The per-RPC context a compiled function receives. The layout is part of the ABI: compiled
+/// code reads and writes these fields at their `offset_of!` offsets.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RpcCtx {
+    /// Nonzero once a host function failed; compiled code checks it after fallible calls.
+    pub err: u32,
+    /// The index in the segment of the element that rejected, replied or failed.
+    pub decided: u32,
+    /// One of the [`verdict`] constants.
+    pub verdict: u32,
+    /// The status code of a rejection.
+    pub code: u32,
+    /// Handle of the message the function ends with: the request it forwards, the local
+    /// reply, or (in a response function) the response travelling up.
+    pub msg: u64,
+    /// Handle of the request as the deciding element received it.
+    pub entry_msg: u64,
+    /// Per element of the segment: its block of local scalar state (one 8-byte slot per
+    /// state variable, indexed by variable id). Null for elements without such state.
+    pub blocks: *const *mut u64,
+    /// The response function's first element (it runs `start`, `start - 1`, …, 0).
+    pub start: u32,
+    pub _pad: u32,
+    /// The executor's per-call host data (arena, instances, clock, channels). Opaque to
+    /// compiled code, which only passes the context back to host functions.
+    pub host: *mut c_void,
+}
+
+impl Default for RpcCtx {
+    fn default() -> Self {
+        RpcCtx {
+            err: 0,
+            decided: 0,
+            verdict: verdict::FORWARD,
+            code: 0,
+            msg: 0,
+            entry_msg: 0,
+            blocks: std::ptr::null(),
+            start: 0,
+            _pad: 0,
+            host: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// How a scalar kept in a state block is encoded in its 8-byte slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotKind {
+    Bool,
+    Int,
+    Uint,
+    Float,
+    Instant,
+}
+
+impl SlotKind {
+    /// The slot kind of a scalar value, if it has one.
+    pub fn of(v: &Value) -> Option<SlotKind> {
+        Some(match v {
+            Value::Bool(_) => SlotKind::Bool,
+            Value::Int(_) => SlotKind::Int,
+            Value::Uint(_) => SlotKind::Uint,
+            Value::Float(_) => SlotKind::Float,
+            Value::Instant(_) => SlotKind::Instant,
+            _ => return None,
+        })
+    }
+
+    pub fn encode(self, v: &Value) -> Option<u64> {
+        Some(match (self, v) {
+            (SlotKind::Bool, Value::Bool(b)) => u64::from(*b),
+            (SlotKind::Int, Value::Int(i)) => *i as u64,
+            (SlotKind::Uint, Value::Uint(u)) => *u,
+            (SlotKind::Float, Value::Float(f)) | (SlotKind::Instant, Value::Instant(f)) => {
+                f.to_bits()
+            }
+            _ => return None,
+        })
+    }
+
+    pub fn decode(self, bits: u64) -> Value {
+        match self {
+            SlotKind::Bool => Value::Bool(bits != 0),
+            SlotKind::Int => Value::Int(bits as i64),
+            SlotKind::Uint => Value::Uint(bits),
+            SlotKind::Float => Value::Float(f64::from_bits(bits)),
+            SlotKind::Instant => Value::Instant(f64::from_bits(bits)),
+        }
+    }
+}
+
+/// One variable a [`BlockStore`] keeps in its block.
+#[derive(Clone, Debug)]
+pub struct BlockVar {
+    pub name: String,
+    pub kind: SlotKind,
+    /// The initial value and what `delete` resets it to.
+    pub zero: Value,
+}
+
+/// A state store that keeps some local scalar variables in a block of 8-byte slots that
+/// compiled code reads and writes directly (no host call), and every other variable in the
+/// store it wraps. Reads and writes through the [`StateStore`] trait see the same slots, so
+/// `init`, control-plane writes and state dumps work unchanged.
+pub struct BlockStore {
+    inner: Box<dyn StateStore + Send>,
+    /// Indexed by variable id; `None` for variables the inner store holds.
+    vars: Vec<Option<BlockVar>>,
+    /// Atomics only so the host may read and write slots through shared references while
+    /// compiled code holds a raw pointer to them; accesses are never concurrent.
+    slots: Box<[AtomicU64]>,
+}
+
+impl BlockStore {
+    pub fn new(inner: Box<dyn StateStore + Send>, vars: Vec<Option<BlockVar>>) -> Self {
+        let slots = vars
+            .iter()
+            .map(|v| {
+                AtomicU64::new(
+                    v.as_ref()
+                        .and_then(|b| b.kind.encode(&b.zero))
+                        .unwrap_or(0),
+                )
+            })
+            .collect();
+        BlockStore {
+            inner,
+            vars,
+            slots,
+        }
+    }
+
+    fn block_var(&self, var: VarId) -> Option<(&BlockVar, &AtomicU64)> {
+        match (self.vars.get(var), self.slots.get(var)) {
+            (Some(Some(b)), Some(slot)) => Some((b, slot)),
+            _ => None,
+        }
+    }
+
+    fn store(b: &BlockVar, slot: &AtomicU64, v: &Value) -> Result<(), StateError> {
+        let bits = b.kind.encode(v).ok_or_else(|| StateError::KindMismatch {
+            var: b.name.clone(),
+            expected: b.zero.kind_name(),
+            found: v.kind_name(),
+        })?;
+        slot.store(bits, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl StateStore for BlockStore {
+    fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
+        match self.block_var(var) {
+            Some((b, slot)) => Ok(Some(b.kind.decode(slot.load(Ordering::Relaxed)))),
+            None => self.inner.get(var, key),
+        }
+    }
+
+    fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
+        match self.block_var(var) {
+            Some((b, slot)) => BlockStore::store(b, slot, &value),
+            None => self.inner.set(var, key, value),
+        }
+    }
+
+    fn delete(&mut self, var: VarId, key: &Value) -> Result<(), StateError> {
+        match self.block_var(var) {
+            Some((b, slot)) => BlockStore::store(b, slot, &b.zero),
+            None => self.inner.delete(var, key),
+        }
+    }
+
+    fn len(&mut self, var: VarId) -> Result<usize, StateError> {
+        match self.block_var(var) {
+            Some(_) => Ok(1),
+            None => self.inner.len(var),
+        }
+    }
+
+    fn entries(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        match self.block_var(var) {
+            Some((b, slot)) => Ok(vec![(
+                Value::Unit,
+                b.kind.decode(slot.load(Ordering::Relaxed)),
+            )]),
+            None => self.inner.entries(var),
+        }
+    }
+
+    fn snapshot(&mut self) -> Vec<(String, Value)> {
+        let mut snap = self.inner.snapshot();
+        for (b, slot) in self.vars.iter().zip(self.slots.iter()) {
+            if let Some(b) = b
+                && let Some(entry) = snap.iter_mut().find(|(n, _)| *n == b.name)
+            {
+                entry.1 = b.kind.decode(slot.load(Ordering::Relaxed));
+            }
+        }
+        snap
+    }
+
+    fn scalar_block(&mut self) -> Option<*mut u64> {
+        // `AtomicU64` has the layout of `u64`; the pointer is only dereferenced by compiled
+        // code while this store is borrowed for the call.
+        Some(self.slots.as_ptr().cast::<u64>().cast_mut())
+    }
+}
+
+/// The stable ids of the host functions. Compiled code for another machine (the
+/// cross-ISA object) imports them by [`HostFn::symbol`]; in-process code calls their
+/// addresses. New functions are added at the end; an id is never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum HostFn {
+    /// Records a run-time error raised by compiled code (division by zero, bad index).
+    Fail = 0,
+    BoxInt = 1,
+    BoxUint = 2,
+    BoxFloat = 3,
+    BoxBool = 4,
+    BoxInstant = 5,
+    BoxUnit = 6,
+    UnboxInt = 7,
+    UnboxFloat = 8,
+    Const = 9,
+    Unary = 10,
+    Binary = 11,
+    Convert = 12,
+    CallPure = 13,
+    RandomF = 14,
+    RandomI = 15,
+    RandomChoices = 16,
+    Encrypt = 17,
+    Now = 18,
+    RpcId = 19,
+    Method = 20,
+    Src = 21,
+    Dst = 22,
+    StateGet = 23,
+    StateLoad = 24,
+    StateSet = 25,
+    StateDelete = 26,
+    StateSize = 27,
+    StateItems = 28,
+    RmwBegin = 29,
+    LocalSet = 30,
+    LocalDelete = 31,
+    ValueGet = 32,
+    Unwrap = 33,
+    MakePair = 34,
+    MakeSome = 35,
+    Unpack = 36,
+    OptIsSome = 37,
+    OptInner = 38,
+    LitEq = 39,
+    Items = 40,
+    ItemsLen = 41,
+    ItemAt = 42,
+    FieldRead = 43,
+    FieldReadInt = 44,
+    FieldReadFloat = 45,
+    FieldWrite = 46,
+    ByteSize = 47,
+    MetaStatus = 48,
+    MetaCode = 49,
+    HeaderGet = 50,
+    HeaderSet = 51,
+    MetadataGet = 52,
+    MetadataSet = 53,
+    ChannelEmit = 54,
+    Reject = 55,
+    RespReject = 56,
+    RespError = 57,
+    ScratchBegin = 58,
+    ScratchEnd = 59,
+    UnboxBool = 60,
+    StrEq = 61,
+    SendMsg = 62,
+    Clone = 63,
+}
+
+impl HostFn {
+    /// The symbol compiled objects import the function by.
+    pub fn symbol(self) -> String {
+        format!("weft_hc_{}", self as u32)
+    }
+}
