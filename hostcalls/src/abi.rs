@@ -149,19 +149,9 @@ impl BlockStore {
     pub fn new(inner: Box<dyn StateStore + Send>, vars: Vec<Option<BlockVar>>) -> Self {
         let slots = vars
             .iter()
-            .map(|v| {
-                AtomicU64::new(
-                    v.as_ref()
-                        .and_then(|b| b.kind.encode(&b.zero))
-                        .unwrap_or(0),
-                )
-            })
+            .map(|v| AtomicU64::new(v.as_ref().and_then(|b| b.kind.encode(&b.zero)).unwrap_or(0)))
             .collect();
-        BlockStore {
-            inner,
-            vars,
-            slots,
-        }
+        BlockStore { inner, vars, slots }
     }
 
     fn block_var(&self, var: VarId) -> Option<(&BlockVar, &AtomicU64)> {
@@ -308,9 +298,6 @@ pub enum HostFn {
     ScratchBegin = 58,
     ScratchEnd = 59,
     UnboxBool = 60,
-    StrEq = 61,
-    SendMsg = 62,
-    Clone = 63,
 }
 
 impl HostFn {

@@ -1,0 +1,234 @@
+//! Turning a chain segment into machine code: in this process through a `JITModule` (one per
+//! compiled version, freed with it), or for another machine as a relocatable object.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cranelift_codegen::ir::UserFuncName;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::{Context, settings, settings::Configurable};
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use cranelift_object::{ObjectBuilder, ObjectModule};
+use weft_hostcalls::abi::HostFn;
+use weft_ir::ir::Element;
+
+use crate::error::JitError;
+use crate::host::{self, Frame, Tables};
+use crate::lower::{self, Imports};
+
+/// Whether a segment becomes one function per direction, or one per element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fusion {
+    /// All elements of the segment inlined into one function per direction.
+    Fused,
+    /// One function per element and direction, called in turn (for comparison).
+    Unfused,
+}
+
+/// A compiled segment function. The frame pointer is the only argument.
+pub type SegmentFn = for<'x, 'a, 'i, 'h> extern "C" fn(&'x mut Frame<'a, 'i, 'h>);
+
+/// The functions of consecutive elements `range` of the segment.
+pub struct Part {
+    pub range: Range<usize>,
+    pub req: SegmentFn,
+    pub resp: SegmentFn,
+}
+
+/// One compiled version of a segment. Its machine code lives as long as it does.
+pub struct Compiled {
+    pub elements: Vec<Arc<Element>>,
+    pub parts: Vec<Part>,
+    pub tables: Tables,
+    /// Only touched when the version is dropped; the mutex makes the version `Sync`.
+    module: Mutex<Option<JITModule>>,
+}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        let module = match self.module.get_mut() {
+            Ok(m) => m.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(m) = module {
+            // SAFETY: the function pointers in `parts` are the only references into this
+            // module's memory and they die with `self`; every call holds an `Arc` of this
+            // version until it returns (see `lifetime`), so no call is running in it now.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+fn flags(pic: bool) -> Result<settings::Flags, JitError> {
+    let mut b = settings::builder();
+    b.set("opt_level", "speed")?;
+    b.set("use_colocated_libcalls", "false")?;
+    b.set("is_pic", if pic { "true" } else { "false" })?;
+    // The verifier doubles compile time; debug builds and the cross-ISA path keep it on.
+    b.set(
+        "enable_verifier",
+        if cfg!(debug_assertions) {
+            "true"
+        } else {
+            "false"
+        },
+    )?;
+    Ok(settings::Flags::new(b))
+}
+
+fn native_isa() -> Result<OwnedTargetIsa, JitError> {
+    static ISA: OnceLock<Result<OwnedTargetIsa, String>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let builder = cranelift_native::builder().map_err(str::to_owned)?;
+        let f = flags(false).map_err(|e| e.to_string())?;
+        builder.finish(f).map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(|e| JitError::Target("host".into(), e))
+}
+
+fn host_symbol(name: &str) -> Option<*const u8> {
+    let id: u32 = name.strip_prefix("weft_hc_")?.parse().ok()?;
+    host::ALL
+        .iter()
+        .find(|f| **f as u32 == id)
+        .map(|f| host::host_fn(*f).0)
+}
+
+fn ranges(n: usize, fusion: Fusion) -> Vec<Range<usize>> {
+    match fusion {
+        Fusion::Fused => vec![0..n],
+        Fusion::Unfused => (0..n).map(|k| k..k + 1).collect(),
+    }
+}
+
+/// Lowers every part of a segment into `module`; returns the ids of (request, response).
+fn lower_all<M: Module>(
+    module: &mut M,
+    elements: &[Arc<Element>],
+    fusion: Fusion,
+    tables: &mut Tables,
+    linkage: Linkage,
+    mut verify: impl FnMut(&Context, &M) -> Result<(), JitError>,
+) -> Result<Vec<(Range<usize>, FuncId, FuncId)>, JitError> {
+    if elements.is_empty() {
+        return Err(JitError::EmptySegment);
+    }
+    if let Some(e) = elements.iter().find(|e| !e.is_runnable()) {
+        return Err(JitError::NotRunnable(e.name.clone()));
+    }
+    let mut imports = Imports::declare(module)?;
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut out = Vec::new();
+    for (i, r) in ranges(elements.len(), fusion).into_iter().enumerate() {
+        let mut ids = [None, None];
+        for (d, name) in ["req", "resp"].iter().enumerate() {
+            let sig = lower::segment_signature(module);
+            let id = module.declare_function(&format!("weft_seg{i}_{name}"), linkage, &sig)?;
+            ctx.func.signature = sig;
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            let els = &elements[r.clone()];
+            if d == 0 {
+                lower::lower_request(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
+            } else {
+                lower::lower_response(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
+            }
+            verify(&ctx, module)?;
+            module.define_function(id, &mut ctx)?;
+            module.clear_context(&mut ctx);
+            ids[d] = Some(id);
+        }
+        if let [Some(req), Some(resp)] = ids {
+            out.push((r, req, resp));
+        }
+    }
+    Ok(out)
+}
+
+/// Compiles a segment for this machine.
+pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, JitError> {
+    let mut builder = JITBuilder::with_isa(native_isa()?, default_libcall_names());
+    builder.symbol_lookup_fn(Box::new(host_symbol));
+    let mut module = JITModule::new(builder);
+    let mut tables = Tables::default();
+    let ids = lower_all(
+        &mut module,
+        elements,
+        fusion,
+        &mut tables,
+        Linkage::Local,
+        |_, _| Ok(()),
+    )?;
+    module.finalize_definitions()?;
+    let mut parts = Vec::with_capacity(ids.len());
+    for (range, req, resp) in ids {
+        let req = module.get_finalized_function(req);
+        let resp = module.get_finalized_function(resp);
+        // SAFETY: both pointers are functions this module just finalised with the segment
+        // signature (one pointer-sized argument, no result), which is `SegmentFn` on the C
+        // ABI; the module outlives the pointers (they are dropped with `Compiled`).
+        let (req, resp) = unsafe {
+            (
+                std::mem::transmute::<*const u8, SegmentFn>(req),
+                std::mem::transmute::<*const u8, SegmentFn>(resp),
+            )
+        };
+        parts.push(Part { range, req, resp });
+    }
+    Ok(Compiled {
+        elements: elements.to_vec(),
+        parts,
+        tables,
+        module: Mutex::new(Some(module)),
+    })
+}
+
+/// Compiles a segment for another target (e.g. `aarch64-unknown-linux-gnu`, the BlueField
+/// DPU cores) into a relocatable object. Every function is checked by Cranelift's verifier.
+/// The object exports `weft_seg{i}_req` / `weft_seg{i}_resp` and imports the host functions
+/// by their stable symbols (`weft_hc_<id>`); the constant and field tables it refers to by
+/// number are returned beside it.
+pub fn compile_object(
+    elements: &[Arc<Element>],
+    triple: &str,
+    fusion: Fusion,
+) -> Result<(Vec<u8>, Tables), JitError> {
+    let t: target_lexicon::Triple = triple
+        .parse()
+        .map_err(|e| JitError::Target(triple.into(), format!("{e}")))?;
+    let isa = cranelift_codegen::isa::lookup(t)
+        .map_err(|e| JitError::Target(triple.into(), e.to_string()))?
+        .finish(flags(true)?)
+        .map_err(|e| JitError::Target(triple.into(), e.to_string()))?;
+    let builder = ObjectBuilder::new(isa, "weft_segment", default_libcall_names())?;
+    let mut module = ObjectModule::new(builder);
+    let mut tables = Tables::default();
+    lower_all(
+        &mut module,
+        elements,
+        fusion,
+        &mut tables,
+        Linkage::Export,
+        |ctx, m| {
+            cranelift_codegen::verifier::verify_function(&ctx.func, m.isa()).map_err(|e| {
+                JitError::Verifier {
+                    function: ctx.func.name.to_string(),
+                    errors: e.to_string(),
+                }
+            })
+        },
+    )?;
+    let bytes = module
+        .finish()
+        .emit()
+        .map_err(|e| JitError::Object(e.to_string()))?;
+    Ok((bytes, tables))
+}
+
+/// The symbol of a host function in compiled objects.
+pub fn host_fn_symbol(f: HostFn) -> String {
+    f.symbol()
+}

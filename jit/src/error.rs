@@ -1,0 +1,25 @@
+//! Errors of compiling a chain segment.
+
+#[derive(Debug, thiserror::Error)]
+pub enum JitError {
+    #[error("a segment needs at least one element")]
+    EmptySegment,
+    #[error("element `{0}` has unbound parameters and cannot be compiled")]
+    NotRunnable(String),
+    #[error("code generation: {0}")]
+    Module(Box<cranelift_module::ModuleError>),
+    #[error("the target `{0}` is not supported: {1}")]
+    Target(String, String),
+    #[error("Cranelift settings: {0}")]
+    Settings(#[from] cranelift_codegen::settings::SetError),
+    #[error("the verifier rejected `{function}`: {errors}")]
+    Verifier { function: String, errors: String },
+    #[error("writing the object: {0}")]
+    Object(String),
+}
+
+impl From<cranelift_module::ModuleError> for JitError {
+    fn from(e: cranelift_module::ModuleError) -> Self {
+        JitError::Module(Box::new(e))
+    }
+}

@@ -1,0 +1,1068 @@
+//! The host side of one compiled call: the frame compiled code receives, and the host
+//! functions it calls (the table in [`weft_hostcalls::abi::HostFn`]).
+//!
+//! Every host function wraps the code the interpreter runs for the same construct: the state
+//! store, the random stream, the clock, the channel sink, `eval`'s operators and pure
+//! built-ins, and the wire codec. The only code of its own is moving values in and out of
+//! the per-call arena.
+//!
+//! Host functions take `&mut Frame` (a pointer on the C ABI): compiled code passes back the
+//! pointer it was given, so no host function dereferences a raw pointer. None of them
+//! unwinds: each catches panics and reports them as a failed call.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use weft_hostcalls::abi::{HostFn, RpcCtx};
+use weft_hostcalls::builtins;
+use weft_hostcalls::channel::ChannelRecord;
+use weft_hostcalls::rng;
+use weft_hostcalls::{Code, Message, MsgKind, Value};
+use weft_ir::ast::{BinOp, UnOp};
+use weft_ir::eval::{self, RuntimeError};
+use weft_ir::interp::{Host, Instance, RpcInfo};
+use weft_ir::ir::{Builtin, Element, Handler};
+use weft_ir::schema::FieldPath;
+use weft_ir::types::Type;
+use weft_ir::wire;
+
+/// The handle of [`Value::Unit`], which takes no arena slot.
+pub const UNIT: u64 = u64::MAX;
+
+/// What compiled code refers to by number: constants and field paths.
+#[derive(Debug, Default)]
+pub struct Tables {
+    pub consts: Vec<Value>,
+    pub fields: Vec<FieldPath>,
+    /// Builtins by number (their position here), for `CallPure`.
+    pub builtins: Vec<Builtin>,
+    /// Types by number, for `Convert`.
+    pub types: Vec<Type>,
+}
+
+impl Tables {
+    pub fn constant(&mut self, v: &Value) -> u64 {
+        // Keep the table small: identical constants share an id (`Ord` is structural).
+        if let Some(i) = self.consts.iter().position(|c| c == v && same_kind(c, v)) {
+            return i as u64;
+        }
+        self.consts.push(v.clone());
+        (self.consts.len() - 1) as u64
+    }
+
+    pub fn field(&mut self, f: &FieldPath) -> u64 {
+        if let Some(i) = self.fields.iter().position(|x| x == f) {
+            return i as u64;
+        }
+        self.fields.push(f.clone());
+        (self.fields.len() - 1) as u64
+    }
+
+    pub fn builtin(&mut self, b: Builtin) -> u64 {
+        if let Some(i) = self.builtins.iter().position(|x| *x == b) {
+            return i as u64;
+        }
+        self.builtins.push(b);
+        (self.builtins.len() - 1) as u64
+    }
+
+    pub fn ty(&mut self, t: &Type) -> u64 {
+        if let Some(i) = self.types.iter().position(|x| x == t) {
+            return i as u64;
+        }
+        self.types.push(t.clone());
+        (self.types.len() - 1) as u64
+    }
+}
+
+fn same_kind(a: &Value, b: &Value) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+/// Kinds of run-time error compiled code raises itself ([`HostFn::Fail`]).
+pub mod fail {
+    pub const DIVISION_BY_ZERO: i64 = 0;
+    /// A construct the executor does not support where it appears (a send inside a
+    /// read-modify-write); the interpreter reports the same as an internal type error.
+    pub const UNSUPPORTED: i64 = 1;
+}
+
+/// One compiled call's frame: the ABI context first (compiled code reads and writes its
+/// fields), then the host's own data, which compiled code never touches.
+#[repr(C)]
+pub struct Frame<'a, 'i, 'h> {
+    pub ctx: RpcCtx,
+    pub arena: Vec<Value>,
+    pub tables: &'a Tables,
+    pub elements: &'a [Arc<Element>],
+    pub instances: &'a mut [&'i mut Instance],
+    pub rpc: &'a RpcInfo,
+    pub handler: Handler,
+    pub host: &'a mut Host<'h>,
+    /// The run-time error that set `ctx.err`.
+    pub error: Option<RuntimeError>,
+    /// The message text of a request-side rejection.
+    pub reject: String,
+}
+
+impl Frame<'_, '_, '_> {
+    fn get(&self, h: u64) -> Result<&Value, RuntimeError> {
+        if h == UNIT {
+            return Ok(&Value::Unit);
+        }
+        usize::try_from(h)
+            .ok()
+            .and_then(|i| self.arena.get(i))
+            .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {h}")))
+    }
+
+    fn take_clone(&self, h: u64) -> Result<Value, RuntimeError> {
+        self.get(h).cloned()
+    }
+
+    fn put(&mut self, v: Value) -> u64 {
+        self.arena.push(v);
+        (self.arena.len() - 1) as u64
+    }
+
+    fn msg(&self, h: u64) -> Result<&Arc<Message>, RuntimeError> {
+        match self.get(h)? {
+            Value::Msg(m) => Ok(m),
+            other => Err(RuntimeError::Type(format!(
+                "expected a message, got {}",
+                other.kind_name()
+            ))),
+        }
+    }
+
+    fn instance(&mut self, elem: i64) -> Result<&mut Instance, RuntimeError> {
+        usize::try_from(elem)
+            .ok()
+            .and_then(|k| self.instances.get_mut(k))
+            .map(|i| &mut **i)
+            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))
+    }
+
+    fn element(&self, elem: i64) -> Result<&Arc<Element>, RuntimeError> {
+        usize::try_from(elem)
+            .ok()
+            .and_then(|k| self.elements.get(k))
+            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))
+    }
+
+    fn fail(&mut self, e: RuntimeError) {
+        if self.ctx.err == 0 {
+            self.error = Some(e);
+        }
+        self.ctx.err = 1;
+    }
+}
+
+/// Runs a host function body: errors and panics set `ctx.err` and yield `default`.
+fn guard<R: Copy>(
+    f: &mut Frame<'_, '_, '_>,
+    default: R,
+    body: impl FnOnce(&mut Frame<'_, '_, '_>) -> Result<R, RuntimeError>,
+) -> R {
+    match catch_unwind(AssertUnwindSafe(|| body(&mut *f))) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            f.fail(e);
+            default
+        }
+        Err(_) => {
+            f.fail(RuntimeError::Type("a host function panicked".into()));
+            default
+        }
+    }
+}
+
+fn binop(op: i64) -> Result<BinOp, RuntimeError> {
+    Ok(match op {
+        0 => BinOp::Or,
+        1 => BinOp::And,
+        2 => BinOp::Eq,
+        3 => BinOp::Ne,
+        4 => BinOp::Lt,
+        5 => BinOp::Le,
+        6 => BinOp::Gt,
+        7 => BinOp::Ge,
+        8 => BinOp::Add,
+        9 => BinOp::Sub,
+        10 => BinOp::Mul,
+        11 => BinOp::Div,
+        12 => BinOp::Rem,
+        _ => return Err(RuntimeError::Type(format!("operator {op}"))),
+    })
+}
+
+/// The number compiled code passes for an operator.
+pub fn binop_id(op: BinOp) -> i64 {
+    match op {
+        BinOp::Or => 0,
+        BinOp::And => 1,
+        BinOp::Eq => 2,
+        BinOp::Ne => 3,
+        BinOp::Lt => 4,
+        BinOp::Le => 5,
+        BinOp::Gt => 6,
+        BinOp::Ge => 7,
+        BinOp::Add => 8,
+        BinOp::Sub => 9,
+        BinOp::Mul => 10,
+        BinOp::Div => 11,
+        BinOp::Rem => 12,
+    }
+}
+
+fn int_of(v: &Value) -> Result<i64, RuntimeError> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::Uint(u) => Ok(*u as i64),
+        Value::Bool(b) => Ok(i64::from(*b)),
+        other => Err(RuntimeError::Type(format!(
+            "expected an integer, got {}",
+            other.kind_name()
+        ))),
+    }
+}
+
+fn float_of(v: &Value) -> Result<f64, RuntimeError> {
+    v.as_float()
+        .ok_or_else(|| RuntimeError::Type(format!("expected a float, got {}", v.kind_name())))
+}
+
+type F<'x, 'a, 'i, 'h> = &'x mut Frame<'a, 'i, 'h>;
+
+extern "C" fn hc_fail(f: F, kind: i64, _a: i64, _b: i64) {
+    let e = match kind {
+        fail::DIVISION_BY_ZERO => RuntimeError::DivisionByZero,
+        _ => RuntimeError::Type("send inside a read-modify-write".into()),
+    };
+    f.fail(e);
+}
+
+extern "C" fn hc_box_int(f: F, v: i64) -> u64 {
+    f.put(Value::Int(v))
+}
+extern "C" fn hc_box_uint(f: F, v: i64) -> u64 {
+    f.put(Value::Uint(v as u64))
+}
+extern "C" fn hc_box_float(f: F, v: f64) -> u64 {
+    f.put(Value::Float(v))
+}
+extern "C" fn hc_box_bool(f: F, v: i64) -> u64 {
+    f.put(Value::Bool(v != 0))
+}
+extern "C" fn hc_box_instant(f: F, v: f64) -> u64 {
+    f.put(Value::Instant(v))
+}
+extern "C" fn hc_box_unit(_f: F) -> u64 {
+    UNIT
+}
+extern "C" fn hc_unbox_int(f: F, h: u64) -> i64 {
+    guard(f, 0, |f| int_of(f.get(h)?))
+}
+extern "C" fn hc_unbox_bool(f: F, h: u64) -> i64 {
+    guard(f, 0, |f| match f.get(h)? {
+        Value::Bool(b) => Ok(i64::from(*b)),
+        other => Err(RuntimeError::Type(format!(
+            "expected a bool, got {}",
+            other.kind_name()
+        ))),
+    })
+}
+extern "C" fn hc_unbox_float(f: F, h: u64) -> f64 {
+    guard(f, 0.0, |f| float_of(f.get(h)?))
+}
+
+extern "C" fn hc_const(f: F, id: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let v = usize::try_from(id)
+            .ok()
+            .and_then(|i| f.tables.consts.get(i))
+            .cloned()
+            .ok_or_else(|| RuntimeError::Type(format!("constant {id}")))?;
+        Ok(f.put(v))
+    })
+}
+
+extern "C" fn hc_unary(f: F, op: i64, h: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let op = if op == 0 { UnOp::Not } else { UnOp::Neg };
+        let r = eval::unary(op, f.get(h)?)?;
+        Ok(f.put(r))
+    })
+}
+
+extern "C" fn hc_binary(f: F, op: i64, a: u64, b: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let r = eval::binary(binop(op)?, f.get(a)?, f.get(b)?)?;
+        Ok(f.put(r))
+    })
+}
+
+extern "C" fn hc_convert(f: F, h: u64, ty: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let t = usize::try_from(ty)
+            .ok()
+            .and_then(|i| f.tables.types.get(i))
+            .ok_or_else(|| RuntimeError::Type(format!("type {ty}")))?;
+        let r = eval::convert(f.get(h)?, t)?;
+        Ok(f.put(r))
+    })
+}
+
+/// A pure built-in over up to three boxed arguments.
+extern "C" fn hc_call_pure(f: F, builtin: u64, n: i64, a: u64, b: u64, c: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let bi = usize::try_from(builtin)
+            .ok()
+            .and_then(|i| f.tables.builtins.get(i))
+            .copied()
+            .ok_or_else(|| RuntimeError::Type(format!("built-in {builtin}")))?;
+        let mut args = Vec::with_capacity(3);
+        for h in [a, b, c].into_iter().take(usize::try_from(n).unwrap_or(0)) {
+            args.push(f.take_clone(h)?);
+        }
+        let r = match eval::call_pure(bi, &args) {
+            Some(r) => r?,
+            None => return Err(RuntimeError::Type(format!("built-in {bi:?} is not pure"))),
+        };
+        Ok(f.put(r))
+    })
+}
+
+extern "C" fn hc_random_f(f: F, elem: i64, lo: f64, hi: f64) -> f64 {
+    guard(f, 0.0, |f| {
+        let inst = f.instance(elem)?;
+        Ok(rng::random_float(inst.rng.as_mut(), lo, hi))
+    })
+}
+
+extern "C" fn hc_random_i(f: F, elem: i64, lo: i64, hi: i64) -> i64 {
+    guard(f, 0, |f| {
+        let inst = f.instance(elem)?;
+        Ok(rng::random_int(inst.rng.as_mut(), lo, hi)?)
+    })
+}
+
+extern "C" fn hc_random_choices(f: F, elem: i64, items: u64, n: i64) -> u64 {
+    guard(f, UNIT, |f| {
+        let Value::Vec(items) = f.take_clone(items)? else {
+            return Err(RuntimeError::Type("random_choices arguments".into()));
+        };
+        let inst = f.instance(elem)?;
+        let r = rng::random_choices(inst.rng.as_mut(), &items, n);
+        Ok(f.put(Value::Vec(r)))
+    })
+}
+
+extern "C" fn hc_encrypt(f: F, elem: i64, v: u64, key: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let v = f.take_clone(v)?;
+        let Value::Str(key) = f.take_clone(key)? else {
+            return Err(RuntimeError::Type("encrypt key".into()));
+        };
+        let inst = f.instance(elem)?;
+        let r = builtins::encrypt_value(&v, &key, inst.rng.as_mut())?;
+        Ok(f.put(r))
+    })
+}
+
+extern "C" fn hc_now(f: F) -> f64 {
+    f.host.clock.now()
+}
+
+extern "C" fn hc_rpc_id(f: F) -> i64 {
+    f.rpc.id as i64
+}
+
+extern "C" fn hc_method(f: F) -> u64 {
+    let m = f.rpc.method.clone();
+    f.put(Value::Str(m))
+}
+
+extern "C" fn hc_src(f: F) -> u64 {
+    let s = f.rpc.src.clone();
+    f.put(Value::Str(s))
+}
+
+/// `dst()`, as the interpreter computes it from the handler's current message.
+extern "C" fn hc_dst(f: F, msg: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        if f.handler == Handler::Req
+            && msg != UNIT
+            && let Ok(m) = f.msg(msg)
+            && m.kind == MsgKind::Request
+            && let Some(d) = m.headers.get("dst")
+        {
+            let d = d.clone();
+            return Ok(f.put(Value::Str(d)));
+        }
+        let d = f
+            .rpc
+            .routed
+            .clone()
+            .unwrap_or_else(|| f.rpc.service.clone());
+        Ok(f.put(Value::Str(d)))
+    })
+}
+
+fn var_kind(
+    f: &Frame<'_, '_, '_>,
+    elem: i64,
+    var: u64,
+) -> Result<weft_hostcalls::CellKind, RuntimeError> {
+    let e = f.element(elem)?;
+    usize::try_from(var)
+        .ok()
+        .and_then(|v| e.state.get(v))
+        .map(|v| v.kind)
+        .ok_or_else(|| RuntimeError::Type(format!("state variable {var}")))
+}
+
+/// `get(state, k)`: `Option<V>` for a map, the element (or an index error) for a vector.
+extern "C" fn hc_state_get(f: F, elem: i64, var: u64, key: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let kind = var_kind(f, elem, var)?;
+        let k = f.take_clone(key)?;
+        let inst = f.instance(elem)?;
+        let var = var as usize;
+        let got = inst.store.get(var, &k)?;
+        let v = match kind {
+            weft_hostcalls::CellKind::Vec => {
+                let len = inst.store.len(var)?;
+                got.ok_or(RuntimeError::IndexOutOfRange {
+                    index: k.as_int().unwrap_or(-1),
+                    len,
+                })?
+            }
+            _ => got.map_or(Value::none(), Value::some),
+        };
+        Ok(f.put(v))
+    })
+}
+
+/// A whole state variable: a scalar's value (its zero, `zero`, when unset) or a vector.
+extern "C" fn hc_state_load(f: F, elem: i64, var: u64, zero: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let kind = var_kind(f, elem, var)?;
+        let zero = f.take_clone(zero)?;
+        let inst = f.instance(elem)?;
+        let var = var as usize;
+        let v = match kind {
+            weft_hostcalls::CellKind::Vec => Value::Vec(
+                inst.store
+                    .entries(var)?
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect(),
+            ),
+            _ => inst.store.get(var, &Value::Unit)?.unwrap_or(zero),
+        };
+        Ok(f.put(v))
+    })
+}
+
+extern "C" fn hc_state_set(f: F, elem: i64, var: u64, key: u64, value: u64) {
+    guard(f, (), |f| {
+        let k = f.take_clone(key)?;
+        let v = f.take_clone(value)?;
+        f.instance(elem)?.store.set(var as usize, k, v)?;
+        Ok(())
+    })
+}
+
+extern "C" fn hc_state_delete(f: F, elem: i64, var: u64, key: u64) {
+    guard(f, (), |f| {
+        let k = f.take_clone(key)?;
+        f.instance(elem)?.store.delete(var as usize, &k)?;
+        Ok(())
+    })
+}
+
+extern "C" fn hc_state_size(f: F, elem: i64, var: u64) -> i64 {
+    guard(f, 0, |f| {
+        Ok(f.instance(elem)?.store.len(var as usize)? as i64)
+    })
+}
+
+/// The items `foreach` walks over a state variable: pairs for a map, values otherwise.
+extern "C" fn hc_state_items(f: F, elem: i64, var: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let is_map = var_kind(f, elem, var)? == weft_hostcalls::CellKind::Map;
+        let items = f
+            .instance(elem)?
+            .store
+            .entries(var as usize)?
+            .into_iter()
+            .map(|(k, v)| if is_map { Value::pair(k, v) } else { v })
+            .collect();
+        Ok(f.put(Value::Vec(items)))
+    })
+}
+
+/// The start of `get(map, k, lambda)`: the stored value, or `zero` when missing.
+extern "C" fn hc_rmw_begin(f: F, elem: i64, var: u64, key: u64, zero: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let k = f.take_clone(key)?;
+        let zero = f.take_clone(zero)?;
+        let v = f
+            .instance(elem)?
+            .store
+            .get(var as usize, &k)?
+            .unwrap_or(zero);
+        Ok(f.put(v))
+    })
+}
+
+/// `set(local, k, v)`: a new value (values are immutable once in the arena, so another
+/// local holding the old handle keeps the old value, as with the interpreter's copies).
+extern "C" fn hc_local_set(f: F, coll: u64, key: u64, value: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let mut c = f.take_clone(coll)?;
+        let k = f.take_clone(key)?;
+        let v = f.take_clone(value)?;
+        match &mut c {
+            Value::Map(m) => {
+                m.insert(k, v);
+            }
+            Value::Vec(items) => {
+                let Value::Int(i) = k else {
+                    return Err(RuntimeError::Type("vector index".into()));
+                };
+                let len = items.len();
+                match usize::try_from(i) {
+                    Ok(u) if u < len => items[u] = v,
+                    Ok(u) if u == len => items.push(v),
+                    _ => return Err(RuntimeError::IndexOutOfRange { index: i, len }),
+                }
+            }
+            other => {
+                return Err(RuntimeError::Type(format!(
+                    "set on a local {}",
+                    other.kind_name()
+                )));
+            }
+        }
+        Ok(f.put(c))
+    })
+}
+
+extern "C" fn hc_local_delete(f: F, coll: u64, key: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let mut c = f.take_clone(coll)?;
+        let k = f.take_clone(key)?;
+        match &mut c {
+            Value::Map(m) => {
+                m.remove(&k);
+            }
+            Value::Vec(items) => {
+                let Value::Int(i) = k else {
+                    return Err(RuntimeError::Type("vector index".into()));
+                };
+                let len = items.len();
+                match usize::try_from(i) {
+                    Ok(u) if u < len => {
+                        items.remove(u);
+                    }
+                    _ => return Err(RuntimeError::IndexOutOfRange { index: i, len }),
+                }
+            }
+            other => {
+                return Err(RuntimeError::Type(format!(
+                    "delete on a local {}",
+                    other.kind_name()
+                )));
+            }
+        }
+        Ok(f.put(c))
+    })
+}
+
+extern "C" fn hc_value_get(f: F, coll: u64, key: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let k = f.take_clone(key)?;
+        let v = match f.get(coll)? {
+            Value::Map(m) => m.get(&k).cloned().map_or(Value::none(), Value::some),
+            Value::Vec(items) => eval::vec_index(items, &k)?,
+            Value::Pair(p) => match k {
+                Value::Int(0) => p.0.clone(),
+                _ => p.1.clone(),
+            },
+            other => return Err(RuntimeError::Type(format!("get on {}", other.kind_name()))),
+        };
+        Ok(f.put(v))
+    })
+}
+
+/// `Option<T>` used as `T`: `what` names the expression for the error (0 a map entry, 1
+/// metadata, 2 an Option), as the interpreter words it.
+extern "C" fn hc_unwrap(f: F, h: u64, what: i64) -> u64 {
+    guard(f, UNIT, |f| match f.get(h)? {
+        Value::Opt(Some(v)) => {
+            let v = (**v).clone();
+            Ok(f.put(v))
+        }
+        Value::Opt(None) => Err(RuntimeError::UnwrapNone(
+            match what {
+                0 => "a missing map entry",
+                1 => "metadata that was never set",
+                _ => "an Option",
+            }
+            .into(),
+        )),
+        _ => Ok(h),
+    })
+}
+
+extern "C" fn hc_make_pair(f: F, a: u64, b: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let p = Value::pair(f.take_clone(a)?, f.take_clone(b)?);
+        Ok(f.put(p))
+    })
+}
+
+extern "C" fn hc_make_some(f: F, h: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let v = Value::some(f.take_clone(h)?);
+        Ok(f.put(v))
+    })
+}
+
+/// One half of a pair (`which` 0 or 1).
+extern "C" fn hc_unpack(f: F, h: u64, which: i64) -> u64 {
+    guard(f, UNIT, |f| match f.get(h)? {
+        Value::Pair(p) => {
+            let v = if which == 0 { p.0.clone() } else { p.1.clone() };
+            Ok(f.put(v))
+        }
+        other => Err(RuntimeError::Type(format!(
+            "unpacking a {}",
+            other.kind_name()
+        ))),
+    })
+}
+
+/// 1 for `Some`, 0 for `None`, 2 for a value that is not an Option (no pattern binds it).
+extern "C" fn hc_opt_is_some(f: F, h: u64) -> i64 {
+    guard(f, 2, |f| {
+        Ok(match f.get(h)? {
+            Value::Opt(Some(_)) => 1,
+            Value::Opt(None) => 0,
+            _ => 2,
+        })
+    })
+}
+
+extern "C" fn hc_opt_inner(f: F, h: u64) -> u64 {
+    guard(f, UNIT, |f| match f.get(h)? {
+        Value::Opt(Some(v)) => {
+            let v = (**v).clone();
+            Ok(f.put(v))
+        }
+        _ => Err(RuntimeError::Type("binding the inside of None".into())),
+    })
+}
+
+/// A `match` literal pattern: the language's `==`.
+extern "C" fn hc_lit_eq(f: F, h: u64, id: u64) -> i64 {
+    guard(f, 0, |f| {
+        let lit = usize::try_from(id)
+            .ok()
+            .and_then(|i| f.tables.consts.get(i))
+            .ok_or_else(|| RuntimeError::Type(format!("constant {id}")))?;
+        Ok(i64::from(lit.lang_eq(f.get(h)?)))
+    })
+}
+
+/// The items `foreach` walks over a value: a vector's elements or a map's pairs.
+extern "C" fn hc_items(f: F, h: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let items = match f.get(h)? {
+            Value::Vec(_) => return Ok(h),
+            Value::Map(m) => m
+                .iter()
+                .map(|(k, v)| Value::pair(k.clone(), v.clone()))
+                .collect(),
+            other => {
+                return Err(RuntimeError::Type(format!(
+                    "foreach over {}",
+                    other.kind_name()
+                )));
+            }
+        };
+        Ok(f.put(Value::Vec(items)))
+    })
+}
+
+extern "C" fn hc_items_len(f: F, h: u64) -> i64 {
+    guard(f, 0, |f| match f.get(h)? {
+        Value::Vec(v) => Ok(v.len() as i64),
+        other => Err(RuntimeError::Type(format!(
+            "foreach over {}",
+            other.kind_name()
+        ))),
+    })
+}
+
+extern "C" fn hc_item_at(f: F, h: u64, i: i64) -> u64 {
+    guard(f, UNIT, |f| {
+        let v = match f.get(h)? {
+            Value::Vec(v) => usize::try_from(i).ok().and_then(|i| v.get(i)).cloned(),
+            _ => None,
+        }
+        .ok_or_else(|| RuntimeError::Type(format!("foreach item {i}")))?;
+        Ok(f.put(v))
+    })
+}
+
+fn field<'t>(tables: &'t Tables, id: u64) -> Result<&'t FieldPath, RuntimeError> {
+    usize::try_from(id)
+        .ok()
+        .and_then(|i| tables.fields.get(i))
+        .ok_or_else(|| RuntimeError::Type(format!("field {id}")))
+}
+
+fn read_field(f: &Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
+    let path = field(f.tables, id)?;
+    Ok(wire::read(&f.msg(msg)?.bytes, path)?)
+}
+
+extern "C" fn hc_field_read(f: F, msg: u64, id: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let v = read_field(f, msg, id)?;
+        Ok(f.put(v))
+    })
+}
+
+extern "C" fn hc_field_read_int(f: F, msg: u64, id: u64) -> i64 {
+    guard(f, 0, |f| int_of(&read_field(f, msg, id)?))
+}
+
+extern "C" fn hc_field_read_float(f: F, msg: u64, id: u64) -> f64 {
+    guard(f, 0.0, |f| float_of(&read_field(f, msg, id)?))
+}
+
+/// `set(rpc, field, v)`: a new message with the field re-encoded (everything else, unknown
+/// fields included, kept byte for byte).
+extern "C" fn hc_field_write(f: F, msg: u64, id: u64, value: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let path = field(f.tables, id)?;
+        let m = f.msg(msg)?;
+        let bytes = wire::write(&m.bytes, path, f.get(value)?)?;
+        let mut m = Arc::clone(m);
+        Arc::make_mut(&mut m).bytes = bytes;
+        Ok(f.put(Value::Msg(m)))
+    })
+}
+
+/// `byte_size(rpc)` (`id` < 0) or `byte_size(rpc, field)`.
+extern "C" fn hc_byte_size(f: F, msg: u64, id: i64) -> i64 {
+    guard(f, 0, |f| {
+        let m = f.msg(msg)?;
+        match u64::try_from(id) {
+            Err(_) => Ok(m.bytes.len() as i64),
+            Ok(id) => Ok(wire::byte_size(&m.bytes, field(f.tables, id)?)? as i64),
+        }
+    })
+}
+
+extern "C" fn hc_meta_status(f: F, msg: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let ok = f.msg(msg)?.code == Code::Ok;
+        Ok(f.put(Value::str(if ok { "success" } else { "failure" })))
+    })
+}
+
+extern "C" fn hc_meta_code(f: F, msg: u64) -> i64 {
+    guard(f, 0, |f| Ok(i64::from(f.msg(msg)?.code.number())))
+}
+
+extern "C" fn hc_header_get(f: F, msg: u64, name: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let Value::Str(n) = f.get(name)? else {
+            return Err(RuntimeError::Type("header name".into()));
+        };
+        let v = f.msg(msg)?.headers.get(n).cloned().unwrap_or_default();
+        Ok(f.put(Value::Str(v)))
+    })
+}
+
+extern "C" fn hc_header_set(f: F, msg: u64, name: u64, value: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let (Value::Str(n), Value::Str(v)) = (f.take_clone(name)?, f.take_clone(value)?) else {
+            return Err(RuntimeError::Type(
+                "header name and value must be strings".into(),
+            ));
+        };
+        let mut m = Arc::clone(f.msg(msg)?);
+        Arc::make_mut(&mut m).headers.insert(n, v);
+        Ok(f.put(Value::Msg(m)))
+    })
+}
+
+extern "C" fn hc_metadata_get(f: F, elem: i64, key: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let id = f.rpc.id;
+        let v = f
+            .instance(elem)?
+            .scratch_get(id, key as usize)
+            .cloned()
+            .map_or(Value::none(), Value::some);
+        Ok(f.put(v))
+    })
+}
+
+extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
+    guard(f, (), |f| {
+        let v = f.take_clone(value)?;
+        let id = f.rpc.id;
+        f.instance(elem)?.scratch_set(id, key as usize, v);
+        Ok(())
+    })
+}
+
+extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
+    guard(f, (), |f| {
+        let v = f.take_clone(value)?;
+        let e = f.element(elem)?;
+        let channel = e
+            .channels
+            .get(chan as usize)
+            .cloned()
+            .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
+        let element = e.name.clone();
+        let time = f.host.clock.now();
+        let rpc_id = f.rpc.id;
+        f.host.channels.emit(ChannelRecord {
+            element,
+            channel,
+            rpc_id,
+            time,
+            value: v,
+        });
+        Ok(())
+    })
+}
+
+/// A request-side rejection's message text (the code and element are out-params).
+extern "C" fn hc_reject(f: F, text: u64) {
+    guard(f, (), |f| match f.take_clone(text)? {
+        Value::Str(s) => {
+            f.reject = s;
+            Ok(())
+        }
+        _ => Err(RuntimeError::Type("error message".into())),
+    })
+}
+
+/// A response-side rejection: the error response that travels on up, keeping the headers
+/// of the response the element received (`entry`).
+extern "C" fn hc_resp_reject(f: F, entry: u64, code: i64, text: u64) -> u64 {
+    guard(f, UNIT, |f| {
+        let Value::Str(s) = f.take_clone(text)? else {
+            return Err(RuntimeError::Type("error message".into()));
+        };
+        let headers = f.msg(entry)?.headers.clone();
+        let code = u32::try_from(code)
+            .ok()
+            .and_then(Code::from_number)
+            .unwrap_or(Code::Internal);
+        Ok(f.put(Value::Msg(Arc::new(Message {
+            headers,
+            ..Message::error(code, s)
+        }))))
+    })
+}
+
+/// A response handler failed: counts the error against the element and turns the response
+/// into the error, as the interpreter does. Clears the error flag.
+extern "C" fn hc_resp_error(f: F, elem: i64, entry: u64) -> u64 {
+    let err = f
+        .error
+        .take()
+        .unwrap_or_else(|| RuntimeError::Type("unknown failure".into()));
+    f.ctx.err = 0;
+    let name = f.element(elem).map(|e| e.name.clone()).unwrap_or_default();
+    if let Ok(inst) = f.instance(elem) {
+        inst.count_error(&err);
+    }
+    let headers = f.msg(entry).map(|m| m.headers.clone()).unwrap_or_default();
+    f.put(Value::Msg(Arc::new(Message {
+        headers,
+        ..Message::error(err.code(), format!("{name}: {err}"))
+    })))
+}
+
+extern "C" fn hc_scratch_begin(f: F, elem: i64) {
+    guard(f, (), |f| {
+        let n = f.element(elem)?.metadata.len();
+        let id = f.rpc.id;
+        f.instance(elem)?.scratch_begin(id, n);
+        Ok(())
+    })
+}
+
+extern "C" fn hc_scratch_end(f: F, elem: i64) {
+    guard(f, (), |f| {
+        let id = f.rpc.id;
+        f.instance(elem)?.scratch_end(id);
+        Ok(())
+    })
+}
+
+/// The parameter and result types of a host function, after the context pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    I,
+    F,
+}
+
+pub struct Sig {
+    pub params: &'static [Ty],
+    pub ret: Option<Ty>,
+}
+
+const fn sig(params: &'static [Ty], ret: Option<Ty>) -> Sig {
+    Sig { params, ret }
+}
+
+use Ty::{F as Fl, I};
+
+/// The address and signature of every host function.
+pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
+    use HostFn::*;
+    match id {
+        Fail => (hc_fail as *const u8, sig(&[I, I, I], None)),
+        BoxInt => (hc_box_int as *const u8, sig(&[I], Some(I))),
+        BoxUint => (hc_box_uint as *const u8, sig(&[I], Some(I))),
+        BoxFloat => (hc_box_float as *const u8, sig(&[Fl], Some(I))),
+        BoxBool => (hc_box_bool as *const u8, sig(&[I], Some(I))),
+        BoxInstant => (hc_box_instant as *const u8, sig(&[Fl], Some(I))),
+        BoxUnit => (hc_box_unit as *const u8, sig(&[], Some(I))),
+        UnboxInt => (hc_unbox_int as *const u8, sig(&[I], Some(I))),
+        UnboxFloat => (hc_unbox_float as *const u8, sig(&[I], Some(Fl))),
+        UnboxBool => (hc_unbox_bool as *const u8, sig(&[I], Some(I))),
+        Const => (hc_const as *const u8, sig(&[I], Some(I))),
+        Unary => (hc_unary as *const u8, sig(&[I, I], Some(I))),
+        Binary => (hc_binary as *const u8, sig(&[I, I, I], Some(I))),
+        Convert => (hc_convert as *const u8, sig(&[I, I], Some(I))),
+        CallPure => (hc_call_pure as *const u8, sig(&[I, I, I, I, I], Some(I))),
+        RandomF => (hc_random_f as *const u8, sig(&[I, Fl, Fl], Some(Fl))),
+        RandomI => (hc_random_i as *const u8, sig(&[I, I, I], Some(I))),
+        RandomChoices => (hc_random_choices as *const u8, sig(&[I, I, I], Some(I))),
+        Encrypt => (hc_encrypt as *const u8, sig(&[I, I, I], Some(I))),
+        Now => (hc_now as *const u8, sig(&[], Some(Fl))),
+        RpcId => (hc_rpc_id as *const u8, sig(&[], Some(I))),
+        Method => (hc_method as *const u8, sig(&[], Some(I))),
+        Src => (hc_src as *const u8, sig(&[], Some(I))),
+        Dst => (hc_dst as *const u8, sig(&[I], Some(I))),
+        StateGet => (hc_state_get as *const u8, sig(&[I, I, I], Some(I))),
+        StateLoad => (hc_state_load as *const u8, sig(&[I, I, I], Some(I))),
+        StateSet => (hc_state_set as *const u8, sig(&[I, I, I, I], None)),
+        StateDelete => (hc_state_delete as *const u8, sig(&[I, I, I], None)),
+        StateSize => (hc_state_size as *const u8, sig(&[I, I], Some(I))),
+        StateItems => (hc_state_items as *const u8, sig(&[I, I], Some(I))),
+        RmwBegin => (hc_rmw_begin as *const u8, sig(&[I, I, I, I], Some(I))),
+        LocalSet => (hc_local_set as *const u8, sig(&[I, I, I], Some(I))),
+        LocalDelete => (hc_local_delete as *const u8, sig(&[I, I], Some(I))),
+        ValueGet => (hc_value_get as *const u8, sig(&[I, I], Some(I))),
+        Unwrap => (hc_unwrap as *const u8, sig(&[I, I], Some(I))),
+        MakePair => (hc_make_pair as *const u8, sig(&[I, I], Some(I))),
+        MakeSome => (hc_make_some as *const u8, sig(&[I], Some(I))),
+        Unpack => (hc_unpack as *const u8, sig(&[I, I], Some(I))),
+        OptIsSome => (hc_opt_is_some as *const u8, sig(&[I], Some(I))),
+        OptInner => (hc_opt_inner as *const u8, sig(&[I], Some(I))),
+        LitEq => (hc_lit_eq as *const u8, sig(&[I, I], Some(I))),
+        Items => (hc_items as *const u8, sig(&[I], Some(I))),
+        ItemsLen => (hc_items_len as *const u8, sig(&[I], Some(I))),
+        ItemAt => (hc_item_at as *const u8, sig(&[I, I], Some(I))),
+        FieldRead => (hc_field_read as *const u8, sig(&[I, I], Some(I))),
+        FieldReadInt => (hc_field_read_int as *const u8, sig(&[I, I], Some(I))),
+        FieldReadFloat => (hc_field_read_float as *const u8, sig(&[I, I], Some(Fl))),
+        FieldWrite => (hc_field_write as *const u8, sig(&[I, I, I], Some(I))),
+        ByteSize => (hc_byte_size as *const u8, sig(&[I, I], Some(I))),
+        MetaStatus => (hc_meta_status as *const u8, sig(&[I], Some(I))),
+        MetaCode => (hc_meta_code as *const u8, sig(&[I], Some(I))),
+        HeaderGet => (hc_header_get as *const u8, sig(&[I, I], Some(I))),
+        HeaderSet => (hc_header_set as *const u8, sig(&[I, I, I], Some(I))),
+        MetadataGet => (hc_metadata_get as *const u8, sig(&[I, I], Some(I))),
+        MetadataSet => (hc_metadata_set as *const u8, sig(&[I, I, I], None)),
+        ChannelEmit => (hc_channel_emit as *const u8, sig(&[I, I, I], None)),
+        Reject => (hc_reject as *const u8, sig(&[I], None)),
+        RespReject => (hc_resp_reject as *const u8, sig(&[I, I, I], Some(I))),
+        RespError => (hc_resp_error as *const u8, sig(&[I, I], Some(I))),
+        ScratchBegin => (hc_scratch_begin as *const u8, sig(&[I], None)),
+        ScratchEnd => (hc_scratch_end as *const u8, sig(&[I], None)),
+    }
+}
+
+/// Every host function, for registering symbols with a JIT module.
+pub const ALL: &[HostFn] = &{
+    use HostFn::*;
+    [
+        Fail,
+        BoxInt,
+        BoxUint,
+        BoxFloat,
+        BoxBool,
+        BoxInstant,
+        BoxUnit,
+        UnboxInt,
+        UnboxFloat,
+        UnboxBool,
+        Const,
+        Unary,
+        Binary,
+        Convert,
+        CallPure,
+        RandomF,
+        RandomI,
+        RandomChoices,
+        Encrypt,
+        Now,
+        RpcId,
+        Method,
+        Src,
+        Dst,
+        StateGet,
+        StateLoad,
+        StateSet,
+        StateDelete,
+        StateSize,
+        StateItems,
+        RmwBegin,
+        LocalSet,
+        LocalDelete,
+        ValueGet,
+        Unwrap,
+        MakePair,
+        MakeSome,
+        Unpack,
+        OptIsSome,
+        OptInner,
+        LitEq,
+        Items,
+        ItemsLen,
+        ItemAt,
+        FieldRead,
+        FieldReadInt,
+        FieldReadFloat,
+        FieldWrite,
+        ByteSize,
+        MetaStatus,
+        MetaCode,
+        HeaderGet,
+        HeaderSet,
+        MetadataGet,
+        MetadataSet,
+        ChannelEmit,
+        Reject,
+        RespReject,
+        RespError,
+        ScratchBegin,
+        ScratchEnd,
+    ]
+};
