@@ -4,8 +4,9 @@
 //! infer local types from their first assignment, check every expression bidirectionally,
 //! resolve message fields against the method's protobuf schema, bind parameters from the
 //! chain config and fold constants. A `match` on a constant (a parameter, typically) keeps
-//! only the arm it takes: the others are still type-checked but their field names are not
-//! resolved, so `loadbalance(policy: 'round_robin')` need not name a key field.
+//! only the arm it takes: the others are still type-checked but a field name that does not
+//! resolve is no error there, so `loadbalance(policy: 'round_robin')` need not name a key
+//! field.
 
 use std::collections::{HashMap, HashSet};
 
@@ -389,13 +390,22 @@ impl Checker<'_> {
                 Type::Map(_, v) => (**v).clone(),
                 t => t.clone(),
             };
-            if matches!(combiner, Combiner::Sum | Combiner::Max | Combiner::Min)
-                && !value_ty.is_numeric()
-                && value_ty != Type::Instant
-            {
+            // Max and min order instants too; a sum of instants means nothing (and the state
+            // stores refuse it: every access would fail at run time).
+            let combinable = match combiner {
+                Combiner::Sum => value_ty.is_numeric(),
+                Combiner::Max | Combiner::Min => value_ty.is_numeric() || value_ty == Type::Instant,
+                Combiner::Lww => true,
+            };
+            if !combinable {
+                let what = if combiner == Combiner::Sum {
+                    "`sum` needs int, uint or float values"
+                } else {
+                    "this combiner needs numeric or Instant values"
+                };
                 self.error(
                     decl.span,
-                    format!("combiner needs numeric values, but `{name}` holds `{value_ty}`"),
+                    format!("{what}, but `{name}` holds `{value_ty}`"),
                 );
             }
             if matches!(ty, Type::Request | Type::Option(_))
@@ -2436,10 +2446,16 @@ impl Checker<'_> {
         ) {
             return err_expr(span);
         }
-        // State collections.
+        // State collections. A scalar holding a pair or a message is a value like any other
+        // (`get(pair, 0)`, `get(stored_response, 'field')`) and is read whole below.
         if let ast::ExprKind::Name(n) = &args[0].kind
             && self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
             && let Some(&var) = self.state_index.get(n)
+            && !(self.state[var].kind == CellKind::Scalar
+                && matches!(
+                    self.state[var].ty,
+                    Type::Pair(..) | Type::Request | Type::Response
+                ))
         {
             let sv = self.state[var].clone();
             if sv.kind == CellKind::Scalar {
@@ -2743,7 +2759,7 @@ impl Checker<'_> {
                 FieldRef::MetaCode
             });
         }
-        if self.dead > 0 || *msg_ty == Type::Dyn {
+        if *msg_ty == Type::Dyn {
             return Some(FieldRef::Path(dyn_field(&text)));
         }
         let Some(method) = self.env.method else {
@@ -2756,6 +2772,10 @@ impl Checker<'_> {
         };
         match resolve_path(desc, &text) {
             Ok(p) => Some(FieldRef::Path(p)),
+            // An arm a constant never takes may name a field this method lacks; it is still
+            // type-checked, so a field that does resolve keeps its real type there (a `Dyn`
+            // would make `foreach(map_field, lambda(k, v): …)` or pair comparisons fail).
+            Err(_) if self.dead > 0 => Some(FieldRef::Path(dyn_field(&text))),
             Err(e) => {
                 // Point at the offending segment inside the literal (after the quote).
                 let span = if literal && arg.span.len() >= text.len() + 2 {
@@ -3016,5 +3036,89 @@ impl BodyCx {
             ty,
         });
         self.locals.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::{SourceFile, render_all};
+    use crate::parser::parse;
+    use crate::testgen::test_method;
+
+    /// Checks `src` against the test schema of `testgen` with `params` as the chain config.
+    fn diags(src: &str, params: &[(&str, Value)]) -> Vec<Diagnostic> {
+        let method = test_method().unwrap();
+        let params: Params = params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        let file = SourceFile::new("t.weft", src);
+        let (ast, mut d) = parse(&file);
+        assert!(d.is_empty(), "{}", render_all(&file, &d));
+        let env = CheckEnv {
+            name: "t".into(),
+            method: Some(&method),
+            params: Some(&params),
+        };
+        d.extend(check(&ast, &env).1);
+        d.retain(Diagnostic::is_error);
+        d
+    }
+
+    fn errors(src: &str, params: &[(&str, Value)]) -> Vec<String> {
+        diags(src, params).into_iter().map(|d| d.message).collect()
+    }
+
+    /// Found by the random-program generator: in an arm a constant never takes, every field
+    /// read had the unknown type, so a `foreach` over a map field with `lambda(k, v)` and pair
+    /// comparisons failed to check in perfectly typed code.
+    #[test]
+    fn fields_in_untaken_arms_keep_their_types() {
+        let src = "state:\n    pass\ninit(mode: string = 'a'):\n    pass\nreq(rpc):\n    match mode:\n        'b' =>\n            foreach(get(rpc, 'counters'), lambda(k, v):\n                x = v + 1\n            )\n            if (get(rpc, 'priority'), get(rpc, 'user')) == (1, 'u'):\n                send(rpc, Down)\n        _ =>\n            pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        // A name the method lacks is still no error in the untaken arm, and still one in a
+        // taken arm.
+        let src = "state:\n    pass\ninit(mode: string = 'a'):\n    pass\nreq(rpc):\n    match mode:\n        'b' =>\n            x = get(rpc, 'no_such_field')\n        _ =>\n            pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        let errs = errors(src, &[("mode", Value::str("b"))]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+    }
+
+    /// Found by the generator: `get(s, 0)` on a pair held in scalar state was refused with
+    /// "`s` is a scalar; read it by name", although `s` is read by name everywhere else.
+    #[test]
+    fn pairs_and_messages_in_scalar_state_are_values() {
+        let src = "state:\n    p: <int, string>\n    last: Response\n    n: int\ninit():\n    pass\nreq(rpc):\n    x = get(p, 0) + 1\n    y = get(p, 1) + get(last, 'body')\n    send(rpc, Down)\nresp(rpc):\n    last = rpc\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        let errs = errors(
+            "state:\n    n: int\ninit():\n    x = get(n, 0)\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n",
+            &[],
+        );
+        assert_eq!(errs, vec!["`n` is a scalar; read it by name".to_owned()]);
+    }
+
+    /// Found by the generator: `@combiner(sum)` on instants checked, but the state stores
+    /// refuse a sum-combined variable whose zero is not a number, so every access of a weak
+    /// one failed at run time.
+    #[test]
+    fn sum_needs_numbers_while_max_and_min_order_instants() {
+        let decl = |d: &str| {
+            format!(
+                "state:\n    {d}\n    t: Map<string, Instant>\ninit():\n    pass\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n"
+            )
+        };
+        let errs = errors(&decl("@consistency(weak) @combiner(sum)"), &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].contains("`sum` needs int, uint or float"),
+            "{errs:?}"
+        );
+        for ok in [
+            "@consistency(weak) @combiner(max)",
+            "@consistency(weak) @combiner(min)",
+        ] {
+            assert_eq!(errors(&decl(ok), &[]), Vec::<String>::new(), "{ok}");
+        }
     }
 }
