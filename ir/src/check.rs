@@ -744,7 +744,7 @@ impl Checker<'_> {
     fn pair_target(&mut self, id: &ast::Ident, ty: Type) -> Option<LocalId> {
         if let Some(local) = self.bx().lookup(&id.name) {
             let want = self.bx().locals[local].ty.clone();
-            if want != ty && want != Type::Dyn && ty != Type::Dyn {
+            if !has_dyn_mismatch_only(&want, &ty) {
                 self.error(
                     id.span,
                     format!(
@@ -1493,6 +1493,8 @@ impl Checker<'_> {
             (ElemTy::One(t), 1) => vec![t.clone()],
             (ElemTy::Pair(k, v), 1) => vec![Type::pair(k.clone(), v.clone())],
             (ElemTy::Pair(k, v), 2) => vec![k.clone(), v.clone()],
+            // An untyped field (no schema) may be a map: `lambda(key, value)` is fine.
+            (ElemTy::One(Type::Dyn), 2) => vec![Type::Dyn, Type::Dyn],
             (_, n) => {
                 self.error(
                     lambda.span,
@@ -1824,7 +1826,14 @@ impl Checker<'_> {
         }
         match (&l.ty, &r.ty) {
             (Type::Dyn, t) | (t, Type::Dyn) => {
-                let t = t.clone();
+                // An integer literal says nothing about an untyped field (it may be a uint or
+                // a float): `get(rpc, 'count') + 1` stays untyped rather than becoming an int.
+                let literal = |e: &Expr| matches!(e.kind, ExprKind::Const(Value::Int(_)));
+                let t = if *t == Type::Int && (literal(&l) || literal(&r)) {
+                    Type::Dyn
+                } else {
+                    t.clone()
+                };
                 Some((l, r, t))
             }
             (Type::Float, Type::Int | Type::Uint) => {
@@ -1842,6 +1851,11 @@ impl Checker<'_> {
             (Type::Int, Type::Uint) if is_nonneg_int_const(&l) => {
                 let l = self.coerce(l, &Type::Uint, "");
                 Some((l, r, Type::Uint))
+            }
+            // Untyped fields nested in pairs or options (no schema): keep the typed side.
+            (a, b) if has_dyn_mismatch_only(a, b) => {
+                let t = if a.has_dyn() { b.clone() } else { a.clone() };
+                Some((l, r, t))
             }
             (a, b) => {
                 let hint = match (a, b) {
@@ -2621,7 +2635,7 @@ impl Checker<'_> {
         if let Some((first, _)) = cx.returns.first() {
             ty = first.clone();
             for (t, s) in &cx.returns[1..] {
-                if *t != ty && *t != Type::Dyn && ty != Type::Dyn {
+                if !has_dyn_mismatch_only(t, &ty) {
                     self.error(
                         *s,
                         format!("this lambda returns `{t}` here but `{ty}` before"),
@@ -3096,6 +3110,22 @@ mod tests {
             &[],
         );
         assert_eq!(errs, vec!["`n` is a scalar; read it by name".to_owned()]);
+    }
+
+    /// Found by the generator, checking its programs without a schema (`weft check` with no
+    /// `--proto`, every field untyped): `foreach(field, lambda(k, v))`, untyped parts inside
+    /// pairs (comparisons, pair unpacking, read-modify-write returns) and an untyped field
+    /// next to an integer literal (taken for an int, so `uint`/`float` uses failed) were type
+    /// errors.
+    #[test]
+    fn untyped_fields_inside_pairs_and_maps_check_without_a_schema() {
+        let src = "state:\n    m: Map<string, <string, int>>\ninit():\n    pass\nreq(rpc):\n    foreach(get(rpc, 'counters'), lambda(k, v):\n        pass\n    )\n    p = (get(rpc, 'user'), 1)\n    if p == ('x', 2):\n        pass\n    (a, b) = p\n    (a, b) = ('y', 3)\n    q = get(m, 'k', lambda(v):\n        if b > 1:\n            return (get(rpc, 'user'), 1)\n        return ('s', 2)\n    )\n    c = get(rpc, 'count') + 1\n    if c > uint(3) or get(rpc, 'score') * 2 > 0.5:\n        pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        let file = SourceFile::new("t.weft", src);
+        let (ast, d) = parse(&file);
+        assert!(d.is_empty(), "{}", render_all(&file, &d));
+        let (_, d) = check(&ast, &CheckEnv::default());
+        let errors: Vec<&Diagnostic> = d.iter().filter(|d| d.is_error()).collect();
+        assert!(errors.is_empty(), "{}", render_all(&file, &d));
     }
 
     /// Found by the generator: `@combiner(sum)` on instants checked, but the state stores
