@@ -2412,14 +2412,17 @@ impl Gen<'_> {
         let t = Type::Str;
         match self.e.below(12) {
             0..=2 => {
-                // One side carries data, the other is small: growth stays linear.
-                let big = self.expr(&t, expect, d);
-                let small = self.small_str(d);
-                Some(if self.e.chance(1, 2) {
-                    bin(BinOp::Add, big, small)
+                // One side carries data, the other is small: growth stays linear. Operands
+                // are generated in text order, the order the checker meets metadata keys.
+                if self.e.chance(1, 2) {
+                    let big = self.expr(&t, expect, d);
+                    let small = self.small_str(d);
+                    Some(bin(BinOp::Add, big, small))
                 } else {
-                    bin(BinOp::Add, small, big)
-                })
+                    let small = self.small_str(d);
+                    let big = self.expr(&t, true, d);
+                    Some(bin(BinOp::Add, small, big))
+                }
             }
             3 => self.conv(
                 "str",
