@@ -439,6 +439,35 @@ impl Checker<'_> {
             }
             let state = self.state_index.get(&name).copied();
             let declared = p.ty.as_ref().map(|t| self.resolve_type(t));
+            // A parameter named like state initialises it (`init` stores the value whole), so
+            // it must be a scalar of the same type: a mismatch would store a value of another
+            // kind, and a collection would land under the scalar key `()`.
+            if let Some(v) = state {
+                let sv = &self.state[v];
+                if sv.kind != CellKind::Scalar {
+                    let msg = format!(
+                        "parameter `{name}` would initialise the collection `{name}`; only scalar state is initialised from a parameter"
+                    );
+                    self.error(p.name.span, msg).hint = Some(format!(
+                        "rename the parameter, or fill `{name}` from the chain config's `state:`"
+                    ));
+                    continue;
+                }
+                if let Some(t) = &declared
+                    && *t != sv.ty
+                    && *t != Type::Dyn
+                {
+                    let msg = format!(
+                        "parameter `{name}` initialises state `{name}: {}` but is declared `{t}`",
+                        sv.ty
+                    );
+                    self.error(p.name.span, msg).hint = Some(format!(
+                        "declare it `{name}: {}`, or leave the type out",
+                        sv.ty
+                    ));
+                    continue;
+                }
+            }
             let config_value = given.and_then(|g| g.get(&name)).cloned();
             let default = p.default.as_ref().map(|d| {
                 self.body = Some(BodyCx::new(Handler::Init, None));
@@ -3126,6 +3155,28 @@ mod tests {
         let (_, d) = check(&ast, &CheckEnv::default());
         let errors: Vec<&Diagnostic> = d.iter().filter(|d| d.is_error()).collect();
         assert!(errors.is_empty(), "{}", render_all(&file, &d));
+    }
+
+    /// Found while writing the generator: a parameter named like a state variable
+    /// initialises it whole, yet `init(x: float)` for `x: int` checked (then every use was
+    /// an internal type error at run time), and one named like a map stored the whole map
+    /// under the key `()`.
+    #[test]
+    fn a_parameter_initialises_only_scalar_state_of_its_type() {
+        let src = |state: &str, param: &str| {
+            format!(
+                "state:\n    {state}\ninit({param}):\n    pass\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n"
+            )
+        };
+        let errs = errors(&src("x: int", "x: float = 1.5"), &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("declared `float`"), "{errs:?}");
+        assert!(errors(&src("x: int", "x: int = 2"), &[]).is_empty());
+        assert!(errors(&src("x: int", "x"), &[("x", Value::Int(2))]).is_empty());
+        let acl = Value::Map([(Value::str("a"), Value::str("b"))].into_iter().collect());
+        let errs = errors(&src("acl: Map<string, string>", "acl"), &[("acl", acl)]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("collection"), "{errs:?}");
     }
 
     /// Found by the generator: `@combiner(sum)` on instants checked, but the state stores
