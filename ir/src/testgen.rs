@@ -1906,6 +1906,25 @@ impl Gen<'_> {
         out
     }
 
+    /// Messages whose fields, headers and sizes can be read here: the handler's message and
+    /// its copies, and responses kept in scalar state (in any handler, `init` included).
+    fn readable_msgs(&self) -> Vec<(String, Type)> {
+        let mut out = Vec::new();
+        if self.hk != Hk::Init {
+            for id in self.usable() {
+                if self.locals[id].ty.is_message() {
+                    out.push((self.locals[id].name.clone(), self.locals[id].ty.clone()));
+                }
+            }
+        }
+        for v in &self.state {
+            if matches!(v.cell, Cell::Scalar) && v.ty.is_message() {
+                out.push((v.name.clone(), v.ty.clone()));
+            }
+        }
+        out
+    }
+
     /// Names and field reads of type `t`.
     fn leaves(&self, t: &Type) -> Vec<Expr> {
         let mut out = Vec::new();
@@ -1924,13 +1943,9 @@ impl Gen<'_> {
                 out.push(name_e(&v.name));
             }
         }
-        if self.hk != Hk::Init {
-            for id in self.usable() {
-                let mty = &self.locals[id].ty;
-                if !mty.is_message() {
-                    continue;
-                }
-                let m = &self.locals[id].name;
+        for (m, mty) in self.readable_msgs() {
+            let (m, mty) = (&m, &mty);
+            {
                 for (path, ft) in self.fields_of(mty) {
                     if ft == *t {
                         out.push(call("get", vec![name_e(m), lit_s(path)]));
@@ -2211,14 +2226,14 @@ impl Gen<'_> {
     }
 
     fn byte_size(&mut self) -> Option<Expr> {
-        let id = self.any_msg_local()?;
-        let m = self.locals[id].clone();
+        let msgs = self.readable_msgs();
+        let (m, ty) = self.e.pick(&msgs)?.clone();
         if self.e.chance(1, 2) {
-            return Some(call("byte_size", vec![name_e(&m.name)]));
+            return Some(call("byte_size", vec![name_e(&m)]));
         }
-        let fields = self.fields_of(&m.ty);
+        let fields = self.fields_of(&ty);
         let (path, _) = self.e.pick(&fields)?;
-        Some(call("byte_size", vec![name_e(&m.name), lit_s(path)]))
+        Some(call("byte_size", vec![name_e(&m), lit_s(path)]))
     }
 
     fn min_max(&mut self, t: &Type, expect: bool, d: usize) -> Expr {
@@ -2437,8 +2452,8 @@ impl Gen<'_> {
                 d,
             ),
             4 => {
-                let id = self.any_msg_local()?;
-                let m = self.locals[id].name.clone();
+                let msgs = self.readable_msgs();
+                let (m, _) = self.e.pick(&msgs)?.clone();
                 let n = self.header_name();
                 Some(call("get_rpc_header", vec![name_e(&m), n]))
             }
