@@ -10,27 +10,29 @@
 //! decision reads one byte while they last, so libFuzzer's mutations change programs locally).
 //!
 //! What a program may contain: state of every scalar type, pairs, `Vec`, `Map` (with messages
-//! as values), channels, `@consistency` / `@combiner` / `@persistence` where the checker allows
-//! them; `init` parameters with and without types and defaults, named like state or not, bound
-//! from defaults or from the chain config (string parameters may name message fields); locals,
-//! pair unpacking, `match` on literals / `Some` / `None` / `_`, `if`/`elif`/`else`, `foreach`
-//! over vectors and maps (one or two lambda parameters, assignments to outer locals, sends,
-//! bare `return`), `get(map, k, lambda)` read-modify-write as a statement or inside any
-//! expression, state and local `set`/`delete`, message fields (nested, repeated, map, oneof),
-//! `meta_status`/`meta_code`, headers, metadata, every built-in, every `send` form, and
-//! arithmetic whose operands may be zero or `None` at run time.
+//! as values), responses, channels, `@consistency` / `@combiner` / `@persistence` where the
+//! checker allows them; `init` parameters with and without types and defaults, named like
+//! state or not, bound from defaults or from the chain config (string parameters may name
+//! message fields); locals, pair unpacking, `match` on literals / `Some` / `None` / `_`,
+//! `if`/`elif`/`else`, `foreach` over vectors and maps (one or two lambda parameters,
+//! assignments to outer locals, sends, bare `return`), `get(map, k, lambda)` read-modify-write
+//! as a statement or inside any expression, state and local `set`/`delete`, message fields
+//! (nested, repeated, map, oneof; also of responses kept in state), `meta_status`/`meta_code`,
+//! headers, metadata, every built-in, every `send` form (lower-case `up`/`down` too), type
+//! aliases (`i64`, `str`, …), and arithmetic whose operands may be zero or `None` at run time.
 //!
 //! What it leaves out, on purpose:
-//! - Values that grow without bound: a string or bytes concatenation has one operand built
-//!   only from literals and numbers, base64-growing built-ins (`encrypt` of a string,
-//!   `compress`) and bytes concatenation of two variables appear only in a handler's top-level
-//!   statements and at most once per program, and `foreach` bodies never insert into a
-//!   collection (no `set` on collections, no read-modify-write). Without these rules a
-//!   doubling inside a loop makes a correct interpreter run out of memory, which a fuzzer
-//!   would report as a hang.
+//! - Values that grow without bound: a string concatenation has one operand built only from
+//!   literals and numbers; `encrypt` of a string, `compress` and bytes concatenation (which
+//!   grow by a factor) take arbitrary operands only in a handler's top-level statements, once
+//!   per program; and `foreach` bodies never insert into a collection (no `set` on
+//!   collections, no read-modify-write). Without these rules a doubling inside a loop makes a
+//!   correct interpreter run out of memory, which a fuzzer would report as a hang.
 //! - Programs the checker must reject, duplicate names and shadowing (every name is fresh),
 //!   `Option`s compared with `==`, messages inside collections other than `Map<_, Response>`,
 //!   `Request` locals in `resp`, and collection-typed parameters.
+//! - Surface syntax the printer never writes: tabs, `//` comments, `match(…)`, `*` patterns,
+//!   `(A, B)` pair types, one-line blocks. The `frontend` fuzz target's seeds carry those.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
