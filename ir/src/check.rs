@@ -4,8 +4,9 @@
 //! infer local types from their first assignment, check every expression bidirectionally,
 //! resolve message fields against the method's protobuf schema, bind parameters from the
 //! chain config and fold constants. A `match` on a constant (a parameter, typically) keeps
-//! only the arm it takes: the others are still type-checked but their field names are not
-//! resolved, so `loadbalance(policy: 'round_robin')` need not name a key field.
+//! only the arm it takes: the others are still type-checked but a field name that does not
+//! resolve is no error there, so `loadbalance(policy: 'round_robin')` need not name a key
+//! field.
 
 use std::collections::{HashMap, HashSet};
 
@@ -389,13 +390,22 @@ impl Checker<'_> {
                 Type::Map(_, v) => (**v).clone(),
                 t => t.clone(),
             };
-            if matches!(combiner, Combiner::Sum | Combiner::Max | Combiner::Min)
-                && !value_ty.is_numeric()
-                && value_ty != Type::Instant
-            {
+            // Max and min order instants too; a sum of instants means nothing (and the state
+            // stores refuse it: every access would fail at run time).
+            let combinable = match combiner {
+                Combiner::Sum => value_ty.is_numeric(),
+                Combiner::Max | Combiner::Min => value_ty.is_numeric() || value_ty == Type::Instant,
+                Combiner::Lww => true,
+            };
+            if !combinable {
+                let what = if combiner == Combiner::Sum {
+                    "`sum` needs int, uint or float values"
+                } else {
+                    "this combiner needs numeric or Instant values"
+                };
                 self.error(
                     decl.span,
-                    format!("combiner needs numeric values, but `{name}` holds `{value_ty}`"),
+                    format!("{what}, but `{name}` holds `{value_ty}`"),
                 );
             }
             if matches!(ty, Type::Request | Type::Option(_))
@@ -429,6 +439,35 @@ impl Checker<'_> {
             }
             let state = self.state_index.get(&name).copied();
             let declared = p.ty.as_ref().map(|t| self.resolve_type(t));
+            // A parameter named like state initialises it (`init` stores the value whole), so
+            // it must be a scalar of the same type: a mismatch would store a value of another
+            // kind, and a collection would land under the scalar key `()`.
+            if let Some(v) = state {
+                let sv = &self.state[v];
+                if sv.kind != CellKind::Scalar {
+                    let msg = format!(
+                        "parameter `{name}` would initialise the collection `{name}`; only scalar state is initialised from a parameter"
+                    );
+                    self.error(p.name.span, msg).hint = Some(format!(
+                        "rename the parameter, or fill `{name}` from the chain config's `state:`"
+                    ));
+                    continue;
+                }
+                if let Some(t) = &declared
+                    && *t != sv.ty
+                    && *t != Type::Dyn
+                {
+                    let msg = format!(
+                        "parameter `{name}` initialises state `{name}: {}` but is declared `{t}`",
+                        sv.ty
+                    );
+                    self.error(p.name.span, msg).hint = Some(format!(
+                        "declare it `{name}: {}`, or leave the type out",
+                        sv.ty
+                    ));
+                    continue;
+                }
+            }
             let config_value = given.and_then(|g| g.get(&name)).cloned();
             let default = p.default.as_ref().map(|d| {
                 self.body = Some(BodyCx::new(Handler::Init, None));
@@ -744,7 +783,7 @@ impl Checker<'_> {
     fn pair_target(&mut self, id: &ast::Ident, ty: Type) -> Option<LocalId> {
         if let Some(local) = self.bx().lookup(&id.name) {
             let want = self.bx().locals[local].ty.clone();
-            if want != ty && want != Type::Dyn && ty != Type::Dyn {
+            if !has_dyn_mismatch_only(&want, &ty) {
                 self.error(
                     id.span,
                     format!(
@@ -1509,6 +1548,8 @@ impl Checker<'_> {
             (ElemTy::One(t), 1) => vec![t.clone()],
             (ElemTy::Pair(k, v), 1) => vec![Type::pair(k.clone(), v.clone())],
             (ElemTy::Pair(k, v), 2) => vec![k.clone(), v.clone()],
+            // An untyped field (no schema) may be a map: `lambda(key, value)` is fine.
+            (ElemTy::One(Type::Dyn), 2) => vec![Type::Dyn, Type::Dyn],
             (_, n) => {
                 self.error(
                     lambda.span,
@@ -1840,7 +1881,14 @@ impl Checker<'_> {
         }
         match (&l.ty, &r.ty) {
             (Type::Dyn, t) | (t, Type::Dyn) => {
-                let t = t.clone();
+                // An integer literal says nothing about an untyped field (it may be a uint or
+                // a float): `get(rpc, 'count') + 1` stays untyped rather than becoming an int.
+                let literal = |e: &Expr| matches!(e.kind, ExprKind::Const(Value::Int(_)));
+                let t = if *t == Type::Int && (literal(&l) || literal(&r)) {
+                    Type::Dyn
+                } else {
+                    t.clone()
+                };
                 Some((l, r, t))
             }
             (Type::Float, Type::Int | Type::Uint) => {
@@ -1858,6 +1906,11 @@ impl Checker<'_> {
             (Type::Int, Type::Uint) if is_nonneg_int_const(&l) => {
                 let l = self.coerce(l, &Type::Uint, "");
                 Some((l, r, Type::Uint))
+            }
+            // Untyped fields nested in pairs or options (no schema): keep the typed side.
+            (a, b) if has_dyn_mismatch_only(a, b) => {
+                let t = if a.has_dyn() { b.clone() } else { a.clone() };
+                Some((l, r, t))
             }
             (a, b) => {
                 let hint = match (a, b) {
@@ -2462,10 +2515,16 @@ impl Checker<'_> {
         ) {
             return err_expr(span);
         }
-        // State collections.
+        // State collections. A scalar holding a pair or a message is a value like any other
+        // (`get(pair, 0)`, `get(stored_response, 'field')`) and is read whole below.
         if let ast::ExprKind::Name(n) = &args[0].kind
             && self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
             && let Some(&var) = self.state_index.get(n)
+            && !(self.state[var].kind == CellKind::Scalar
+                && matches!(
+                    self.state[var].ty,
+                    Type::Pair(..) | Type::Request | Type::Response
+                ))
         {
             let sv = self.state[var].clone();
             if sv.kind == CellKind::Scalar {
@@ -2631,7 +2690,7 @@ impl Checker<'_> {
         if let Some((first, _)) = cx.returns.first() {
             ty = first.clone();
             for (t, s) in &cx.returns[1..] {
-                if *t != ty && *t != Type::Dyn && ty != Type::Dyn {
+                if !has_dyn_mismatch_only(t, &ty) {
                     self.error(
                         *s,
                         format!("this lambda returns `{t}` here but `{ty}` before"),
@@ -2769,7 +2828,7 @@ impl Checker<'_> {
                 FieldRef::MetaCode
             });
         }
-        if self.dead > 0 || *msg_ty == Type::Dyn {
+        if *msg_ty == Type::Dyn {
             return Some(FieldRef::Path(dyn_field(&text)));
         }
         let Some(method) = self.env.method else {
@@ -2787,6 +2846,10 @@ impl Checker<'_> {
         };
         match resolved {
             Ok(p) => Some(FieldRef::Path(p)),
+            // An arm a constant never takes may name a field this method lacks; it is still
+            // type-checked, so a field that does resolve keeps its real type there (a `Dyn`
+            // would make `foreach(map_field, lambda(k, v): …)` or pair comparisons fail).
+            Err(_) if self.dead > 0 => Some(FieldRef::Path(dyn_field(&text))),
             Err(e) => {
                 // Point at the offending segment inside the literal (after the quote).
                 let span = if literal && arg.span.len() >= text.len() + 2 {
@@ -3056,5 +3119,127 @@ impl BodyCx {
             ty,
         });
         self.locals.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::{SourceFile, render_all};
+    use crate::parser::parse;
+    use crate::testgen::test_method;
+
+    /// Checks `src` against the test schema of `testgen` with `params` as the chain config.
+    fn diags(src: &str, params: &[(&str, Value)]) -> Vec<Diagnostic> {
+        let method = test_method().unwrap();
+        let params: Params = params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        let file = SourceFile::new("t.weft", src);
+        let (ast, mut d) = parse(&file);
+        assert!(d.is_empty(), "{}", render_all(&file, &d));
+        let env = CheckEnv {
+            name: "t".into(),
+            method: Some(&method),
+            params: Some(&params),
+        };
+        d.extend(check(&ast, &env).1);
+        d.retain(Diagnostic::is_error);
+        d
+    }
+
+    fn errors(src: &str, params: &[(&str, Value)]) -> Vec<String> {
+        diags(src, params).into_iter().map(|d| d.message).collect()
+    }
+
+    /// Found by the random-program generator: in an arm a constant never takes, every field
+    /// read had the unknown type, so a `foreach` over a map field with `lambda(k, v)` and pair
+    /// comparisons failed to check in perfectly typed code.
+    #[test]
+    fn fields_in_untaken_arms_keep_their_types() {
+        let src = "state:\n    pass\ninit(mode: string = 'a'):\n    pass\nreq(rpc):\n    match mode:\n        'b' =>\n            foreach(get(rpc, 'counters'), lambda(k, v):\n                x = v + 1\n            )\n            if (get(rpc, 'priority'), get(rpc, 'user')) == (1, 'u'):\n                send(rpc, Down)\n        _ =>\n            pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        // A name the method lacks is still no error in the untaken arm, and still one in a
+        // taken arm.
+        let src = "state:\n    pass\ninit(mode: string = 'a'):\n    pass\nreq(rpc):\n    match mode:\n        'b' =>\n            x = get(rpc, 'no_such_field')\n        _ =>\n            pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        let errs = errors(src, &[("mode", Value::str("b"))]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+    }
+
+    /// Found by the generator: `get(s, 0)` on a pair held in scalar state was refused with
+    /// "`s` is a scalar; read it by name", although `s` is read by name everywhere else.
+    #[test]
+    fn pairs_and_messages_in_scalar_state_are_values() {
+        let src = "state:\n    p: <int, string>\n    last: Response\n    n: int\ninit():\n    pass\nreq(rpc):\n    x = get(p, 0) + 1\n    y = get(p, 1) + get(last, 'body')\n    send(rpc, Down)\nresp(rpc):\n    last = rpc\n    send(rpc, Up)\n";
+        assert_eq!(errors(src, &[]), Vec::<String>::new());
+        let errs = errors(
+            "state:\n    n: int\ninit():\n    x = get(n, 0)\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n",
+            &[],
+        );
+        assert_eq!(errs, vec!["`n` is a scalar; read it by name".to_owned()]);
+    }
+
+    /// Found by the generator, checking its programs without a schema (`weft check` with no
+    /// `--proto`, every field untyped): `foreach(field, lambda(k, v))`, untyped parts inside
+    /// pairs (comparisons, pair unpacking, read-modify-write returns) and an untyped field
+    /// next to an integer literal (taken for an int, so `uint`/`float` uses failed) were type
+    /// errors.
+    #[test]
+    fn untyped_fields_inside_pairs_and_maps_check_without_a_schema() {
+        let src = "state:\n    m: Map<string, <string, int>>\ninit():\n    pass\nreq(rpc):\n    foreach(get(rpc, 'counters'), lambda(k, v):\n        pass\n    )\n    p = (get(rpc, 'user'), 1)\n    if p == ('x', 2):\n        pass\n    (a, b) = p\n    (a, b) = ('y', 3)\n    q = get(m, 'k', lambda(v):\n        if b > 1:\n            return (get(rpc, 'user'), 1)\n        return ('s', 2)\n    )\n    c = get(rpc, 'count') + 1\n    if c > uint(3) or get(rpc, 'score') * 2 > 0.5:\n        pass\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+        let file = SourceFile::new("t.weft", src);
+        let (ast, d) = parse(&file);
+        assert!(d.is_empty(), "{}", render_all(&file, &d));
+        let (_, d) = check(&ast, &CheckEnv::default());
+        let errors: Vec<&Diagnostic> = d.iter().filter(|d| d.is_error()).collect();
+        assert!(errors.is_empty(), "{}", render_all(&file, &d));
+    }
+
+    /// Found while writing the generator: a parameter named like a state variable
+    /// initialises it whole, yet `init(x: float)` for `x: int` checked (then every use was
+    /// an internal type error at run time), and one named like a map stored the whole map
+    /// under the key `()`.
+    #[test]
+    fn a_parameter_initialises_only_scalar_state_of_its_type() {
+        let src = |state: &str, param: &str| {
+            format!(
+                "state:\n    {state}\ninit({param}):\n    pass\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n"
+            )
+        };
+        let errs = errors(&src("x: int", "x: float = 1.5"), &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("declared `float`"), "{errs:?}");
+        assert!(errors(&src("x: int", "x: int = 2"), &[]).is_empty());
+        assert!(errors(&src("x: int", "x"), &[("x", Value::Int(2))]).is_empty());
+        let acl = Value::Map([(Value::str("a"), Value::str("b"))].into_iter().collect());
+        let errs = errors(&src("acl: Map<string, string>", "acl"), &[("acl", acl)]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("collection"), "{errs:?}");
+    }
+
+    /// Found by the generator: `@combiner(sum)` on instants checked, but the state stores
+    /// refuse a sum-combined variable whose zero is not a number, so every access of a weak
+    /// one failed at run time.
+    #[test]
+    fn sum_needs_numbers_while_max_and_min_order_instants() {
+        let decl = |d: &str| {
+            format!(
+                "state:\n    {d}\n    t: Map<string, Instant>\ninit():\n    pass\nreq(rpc):\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n"
+            )
+        };
+        let errs = errors(&decl("@consistency(weak) @combiner(sum)"), &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].contains("`sum` needs int, uint or float"),
+            "{errs:?}"
+        );
+        for ok in [
+            "@consistency(weak) @combiner(max)",
+            "@consistency(weak) @combiner(min)",
+        ] {
+            assert_eq!(errors(&decl(ok), &[]), Vec::<String>::new(), "{ok}");
+        }
     }
 }
