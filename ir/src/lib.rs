@@ -21,6 +21,7 @@ pub mod props;
 pub mod schema;
 pub mod sim;
 pub mod stdlib;
+pub mod testgen;
 pub mod types;
 pub mod wire;
 

@@ -953,3 +953,21 @@ fn an_option_used_as_a_value_is_unwrapped_with_a_warning() {
     ))
     .clean();
 }
+
+#[test]
+fn requests_cannot_be_kept_in_state_anywhere() {
+    for ty in [
+        "Request",
+        "Map<string, Request>",
+        "Map<int, <int, Request>>",
+    ] {
+        let c = check_catalog(&req_only(&format!("kept: {ty}"), "send(rpc, Down)"));
+        assert_eq!(
+            c.errors(),
+            [format!("state cannot hold `{ty}`").as_str()],
+            "{ty}"
+        );
+    }
+    // Responses may be kept: that is what a cache does.
+    check_catalog(&req_only("kept: Map<string, Response>", "send(rpc, Down)")).clean();
+}

@@ -1,0 +1,237 @@
+//! Writes: `set`/`delete` on state, locals and messages, headers and per-RPC metadata.
+
+use weft_hostcalls::state::CellKind;
+
+use super::*;
+use crate::ast::{self, Lit};
+use crate::diag::Span;
+use crate::types::Type;
+
+impl Checker<'_> {
+    pub(super) fn set_call(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        if !self.arity(
+            "set",
+            args,
+            2..=3,
+            span,
+            "set(map, key, value), set(rpc, 'field', value)",
+        ) {
+            return None;
+        }
+        let target = &args[0];
+        if let ast::ExprKind::Name(n) = &target.kind
+            && self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
+            && let Some(&var) = self.state_index.get(n)
+        {
+            let sv = self.state[var].clone();
+            if args.len() == 2 {
+                if sv.kind != CellKind::Scalar {
+                    self.error(span, format!("`set` on `{n}` needs a key and a value"))
+                        .hint = Some(format!("write `set({n}, key, value)`"));
+                    return None;
+                }
+                let v = self.expr(&args[1], Some(&sv.ty));
+                let v = self.coerce(v, &sv.ty, "the value");
+                return Some(StmtKind::StateStore { var, value: v });
+            }
+            if sv.kind == CellKind::Scalar {
+                self.error(
+                    span,
+                    format!("`{n}` is a scalar; assign it with `{n} = value`"),
+                );
+                return None;
+            }
+            let kt = sv.key_type();
+            let key = self.expr(&args[1], Some(&kt));
+            let key = self.coerce(key, &kt, "the key");
+            let vt = sv.value_type().clone();
+            let value = self.expr(&args[2], Some(&vt));
+            let value = self.coerce(value, &vt, "the value");
+            return Some(StmtKind::StateSet { var, key, value });
+        }
+        if args.len() != 3 {
+            self.error(span, "`set` takes a target, a key or field, and a value");
+            return None;
+        }
+        let t = self.expr(target, None);
+        let ExprKind::Local(local) = t.kind else {
+            if t.ty != Type::Dyn {
+                self.error(
+                    target.span,
+                    "`set` writes to a state variable, a local, or the message",
+                )
+                .hint = Some("assign the value to a local first".into());
+            }
+            return None;
+        };
+        match t.ty.clone() {
+            Type::Request | Type::Response => {
+                let field = self.field_ref(&t.ty, &args[1], false)?;
+                let FieldRef::Path(field) = field else {
+                    self.error(args[1].span, "`meta_status` and `meta_code` are read-only");
+                    return None;
+                };
+                let v = self.expr(&args[2], Some(&field.ty));
+                let v = self.coerce(v, &field.ty.clone(), &format!("field `{}`", field.text));
+                Some(StmtKind::SetField {
+                    msg: local,
+                    field,
+                    value: v,
+                })
+            }
+            Type::Vec(elem) => {
+                let key = self.expr(&args[1], Some(&Type::Int));
+                let key = self.coerce(key, &Type::Int, "the index");
+                let value = self.expr(&args[2], Some(&elem));
+                let value = self.coerce(value, &elem, "the element");
+                self.bx().defined.insert(local);
+                Some(StmtKind::LocalSet { local, key, value })
+            }
+            Type::Map(k, v) => {
+                let key = self.expr(&args[1], Some(&k));
+                let key = self.coerce(key, &k, "the key");
+                let value = self.expr(&args[2], Some(&v));
+                let value = self.coerce(value, &v, "the value");
+                Some(StmtKind::LocalSet { local, key, value })
+            }
+            Type::Dyn => None,
+            other => {
+                self.error(
+                    target.span,
+                    format!("`set` needs a map, a vector or a message, found `{other}`"),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn delete_call(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        if !self.arity("delete", args, 2..=2, span, "delete(map, key)") {
+            return None;
+        }
+        if let ast::ExprKind::Name(n) = &args[0].kind
+            && self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
+            && let Some(&var) = self.state_index.get(n)
+        {
+            let sv = self.state[var].clone();
+            if sv.kind == CellKind::Scalar {
+                self.error(
+                    args[0].span,
+                    format!("`{n}` is a scalar; only map and vector entries are deleted"),
+                );
+                return None;
+            }
+            let kt = sv.key_type();
+            let key = self.expr(&args[1], Some(&kt));
+            let key = self.coerce(key, &kt, "the key");
+            return Some(StmtKind::StateDelete { var, key });
+        }
+        let t = self.expr(&args[0], None);
+        let ExprKind::Local(local) = t.kind else {
+            if t.ty != Type::Dyn {
+                self.error(
+                    args[0].span,
+                    "`delete` needs a map or vector (in state or a local)",
+                );
+            }
+            return None;
+        };
+        let kt = match &t.ty {
+            Type::Map(k, _) => (**k).clone(),
+            Type::Vec(_) => Type::Int,
+            Type::Dyn => return None,
+            other => {
+                self.error(
+                    args[0].span,
+                    format!("`delete` needs a map or vector, found `{other}`"),
+                );
+                return None;
+            }
+        };
+        let key = self.expr(&args[1], Some(&kt));
+        let key = self.coerce(key, &kt, "the key");
+        Some(StmtKind::LocalDelete { local, key })
+    }
+
+    pub(super) fn set_header(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        if !self.arity(
+            "set_rpc_header",
+            args,
+            3..=3,
+            span,
+            "set_rpc_header(rpc, 'name', value)",
+        ) {
+            return None;
+        }
+        let m = self.expr(&args[0], None);
+        let ExprKind::Local(msg) = m.kind else {
+            self.error(
+                args[0].span,
+                "`set_rpc_header` writes the message of this handler",
+            );
+            return None;
+        };
+        if !m.ty.is_message() && m.ty != Type::Dyn {
+            self.error(
+                args[0].span,
+                format!("expected a message, found `{}`", m.ty),
+            );
+            return None;
+        }
+        let name = self.expr(&args[1], Some(&Type::Str));
+        let name = self.coerce(name, &Type::Str, "the header name");
+        let value = self.expr(&args[2], Some(&Type::Str));
+        let value = self.coerce(value, &Type::Str, "a header value");
+        Some(StmtKind::SetHeader { msg, name, value })
+    }
+
+    pub(super) fn metadata_key(&mut self, arg: &ast::Expr) -> Option<String> {
+        match &arg.kind {
+            ast::ExprKind::Lit(Lit::Str(s)) => Some(s.clone()),
+            _ => {
+                self.error(arg.span, "the metadata key must be a string literal")
+                    .hint = Some("e.g. `set_metadata('start', current_time())`".into());
+                None
+            }
+        }
+    }
+
+    pub(super) fn set_metadata(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        if !self.arity(
+            "set_metadata",
+            args,
+            2..=2,
+            span,
+            "set_metadata('key', value)",
+        ) {
+            return None;
+        }
+        if self.handler() == Handler::Init {
+            self.error(
+                span,
+                "`init` has no RPC; metadata lives from request to response",
+            );
+            return None;
+        }
+        let key = self.metadata_key(&args[0])?;
+        let existing = self.metadata.iter().position(|m| m.0 == key);
+        let want = existing.map(|i| self.metadata[i].1.clone());
+        let v = self.expr(&args[1], want.as_ref());
+        let v = match &want {
+            Some(t) => self.coerce(v, t, &format!("metadata `{key}`")),
+            None => v,
+        };
+        if matches!(v.ty, Type::Unit | Type::Channel) {
+            self.error(args[1].span, "this has no value to store");
+            return None;
+        }
+        let id = match existing {
+            Some(i) => i,
+            None => {
+                self.metadata.push((key, v.ty.clone(), span));
+                self.metadata.len() - 1
+            }
+        };
+        Some(StmtKind::SetMetadata { key: id, value: v })
+    }
+}

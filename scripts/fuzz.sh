@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target in fuzz/ for a share of a total duration and exits non-zero if
+# any target finds a crash, a timeout or an out-of-memory input (saved under fuzz/artifacts/).
+#
+#   scripts/fuzz.sh [TOTAL_SECONDS]     # default 600, split evenly across the targets
+#
+# Installs what fuzzing needs when missing: the nightly toolchain (rustup) and cargo-fuzz.
+# Corpora grow in fuzz/corpus/<target> (not committed); `frontend` is seeded from the
+# standard elements and fuzz/seeds/frontend. Reproduce a finding with
+#   cd fuzz && cargo +nightly fuzz run <target> artifacts/<target>/<file>
+set -euo pipefail
+
+total="${1:-600}"
+if ! [[ "$total" =~ ^[0-9]+$ ]] || (( total < 1 )); then
+    echo "usage: $0 [TOTAL_SECONDS]" >&2
+    exit 2
+fi
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+    echo "== installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+if ! cargo +nightly fuzz --version > /dev/null 2>&1; then
+    echo "== installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+
+cd fuzz
+mapfile -t targets < <(cargo +nightly fuzz list)
+if (( ${#targets[@]} == 0 )); then
+    echo "no fuzz targets found in fuzz/" >&2
+    exit 1
+fi
+per=$(( total / ${#targets[@]} ))
+(( per >= 1 )) || per=1
+
+# Safe Rust gains little from AddressSanitizer, and it slows fuzzing down; debug assertions
+# (overflow checks, debug_assert!) find more here. Build and run must use the same flags.
+flags=(--sanitizer=none --debug-assertions)
+
+# Build once up front, so the time budget is spent fuzzing, not compiling.
+cargo +nightly fuzz build "${flags[@]}"
+
+mkdir -p corpus/frontend
+cp ../elements/*.weft seeds/frontend/*.weft corpus/frontend/
+
+# Input size caps: element files are small; the generator's input is a list of choices.
+declare -A max_len=([frontend]=8192 [generated]=4096)
+
+failed=()
+for t in "${targets[@]}"; do
+    echo "== fuzzing $t for ${per}s"
+    mkdir -p "corpus/$t"
+    # -timeout: any single input slower than 10 s is a hang; -rss_limit_mb: a blow-up.
+    if ! cargo +nightly fuzz run "${flags[@]}" "$t" "corpus/$t" -- \
+        -max_total_time="$per" -timeout=10 -rss_limit_mb=4096 \
+        -max_len="${max_len[$t]:-4096}" -print_final_stats=1; then
+        failed+=("$t")
+    fi
+done
+
+if (( ${#failed[@]} > 0 )); then
+    echo "fuzzing found problems in: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
+    exit 1
+fi
+echo "fuzzing: no crash in ${#targets[@]} targets (${per}s each)"
