@@ -7,6 +7,7 @@
 //! reference interpreter runs, so the two executors share every built-in. See docs/jit.md.
 
 pub mod compile;
+pub mod difftest;
 pub mod error;
 pub mod exec;
 pub mod host;

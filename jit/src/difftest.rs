@@ -1,0 +1,283 @@
+//! Differential testing of the JIT against the reference interpreter on generated programs
+//! (`weft_ir::testgen`) and random — sometimes malformed — messages. Used by the cargo-fuzz
+//! target `jit_vs_interp` and by the property tests.
+
+use std::sync::Arc;
+
+use weft_hostcalls::channel::ChannelRecord;
+use weft_hostcalls::state::{SharedState, StateStore, VarSpec};
+use weft_hostcalls::{Code, Message, SeededRng, Value, VirtualClock};
+use weft_ir::check::{CheckEnv, check};
+use weft_ir::diag::{SourceFile, has_errors};
+use weft_ir::interp::{self, Host, Instance, RpcInfo};
+use weft_ir::ir::Element;
+use weft_ir::parser::parse;
+use weft_ir::schema::{FieldPath, MethodSchema, resolve_path};
+use weft_ir::sim::{Executor, Interp, SegmentRequest};
+use weft_ir::testgen::{Entropy, Generated, random_message_bytes, request_fields, response_fields};
+use weft_ir::types::Type;
+
+use crate::compile::{Fusion, compile};
+use crate::exec::{Buffers, block_store};
+
+/// What a comparison covered, for statistics.
+#[derive(Clone, Debug, Default)]
+pub struct Compared {
+    /// The program did not check (nothing to compare).
+    pub skipped: bool,
+    pub rpcs: usize,
+    pub elements: usize,
+}
+
+fn fields(desc: &prost_reflect::MessageDescriptor, table: &[(&str, Type)]) -> Vec<(FieldPath, Type)> {
+    table
+        .iter()
+        .filter_map(|(p, t)| resolve_path(desc, p).ok().map(|fp| (fp, t.clone())))
+        .collect()
+}
+
+fn specs(e: &Element) -> Vec<VarSpec> {
+    e.state
+        .iter()
+        .map(|v| VarSpec {
+            name: v.name.clone(),
+            kind: v.kind,
+            consistency: v.consistency,
+            combiner: v.combiner,
+            zero: v.value_type().zero_value(),
+        })
+        .collect()
+}
+
+/// One executor's world: state shared between its instances, the instances, the records.
+struct World {
+    shared: SharedState,
+    instances: Vec<Instance>,
+    channels: Vec<ChannelRecord>,
+}
+
+impl World {
+    fn new(chain: &[Arc<Element>], seed: u64, jit: bool) -> World {
+        let shared = SharedState::new();
+        let instances = chain
+            .iter()
+            .map(|e| {
+                let store: Box<dyn StateStore + Send> =
+                    Box::new(shared.instance_store(&e.name, "a", &specs(e)));
+                let store = if jit { block_store(e, store) } else { store };
+                let rng = SeededRng::for_stream(seed, &format!("{}@a", e.name));
+                Instance::new(e.name.clone(), store, Box::new(rng))
+            })
+            .collect();
+        World {
+            shared,
+            instances,
+            channels: Vec::new(),
+        }
+    }
+}
+
+fn random_headers(e: &mut Entropy, m: &mut Message) {
+    for _ in 0..e.below(3) {
+        let k = match e.below(4) {
+            0 => "dst".to_owned(),
+            1 => "x-gen".to_owned(),
+            _ => format!("h{}", e.below(4)),
+        };
+        let v = format!("v{}", e.below(5));
+        m.headers.insert(k, v);
+    }
+}
+
+fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
+    (
+        r.element.clone(),
+        r.channel.clone(),
+        r.rpc_id,
+        r.time.to_bits(),
+        r.value.clone(),
+    )
+}
+
+/// Runs a generated element — alone, or as a fused chain of two instances of it — through
+/// the interpreter and the JIT on `rpcs` random requests and responses (some malformed),
+/// and returns the first difference: a verdict, a response, a counter, the final state or
+/// the channel records.
+pub fn compare_program(
+    g: &Generated,
+    method: &MethodSchema,
+    e: &mut Entropy,
+    rpcs: usize,
+) -> Result<Compared, String> {
+    let src = SourceFile::new("generated.weft", g.source.clone());
+    let (ast, diags) = parse(&src);
+    if !diags.is_empty() {
+        return Ok(Compared {
+            skipped: true,
+            ..Compared::default()
+        });
+    }
+    let env = CheckEnv {
+        name: "gen".into(),
+        method: Some(method),
+        params: Some(&g.params),
+    };
+    let (element, diags) = check(&ast, &env);
+    let Some(element) = element.filter(|el| !has_errors(&diags) && el.is_runnable()) else {
+        return Ok(Compared {
+            skipped: true,
+            ..Compared::default()
+        });
+    };
+    let n = 1 + e.below(2);
+    let chain: Vec<Arc<Element>> = (0..n)
+        .map(|i| {
+            let mut el = element.clone();
+            el.name = format!("gen{i}");
+            Arc::new(el)
+        })
+        .collect();
+    let fusion = if e.chance(1, 4) {
+        Fusion::Unfused
+    } else {
+        Fusion::Fused
+    };
+    let compiled = compile(&chain, fusion)
+        .map_err(|err| format!("compile: {err}\n{}", g.source))?;
+    let req_fields = fields(&method.request, &request_fields());
+    let resp_fields = fields(&method.response, &response_fields());
+    let seed = e.next_u64();
+    let clock = VirtualClock::new(0.0);
+    let mut worlds = [World::new(&chain, seed, false), World::new(&chain, seed, true)];
+    let mut init_ok = true;
+    for w in &mut worlds {
+        for (inst, el) in w.instances.iter_mut().zip(&chain) {
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut w.channels,
+            };
+            if interp::run_init(inst, el, &mut host).is_err() {
+                init_ok = false;
+            }
+        }
+    }
+    if !init_ok {
+        return Ok(Compared {
+            skipped: true,
+            ..Compared::default()
+        });
+    }
+    let mut bufs = Buffers::default();
+    let fail = |what: String| Err(format!("{what}\n--- program ({fusion:?}, {n} elements)\n{}", g.source));
+    for i in 0..rpcs {
+        clock.advance(e.below(2000) as f64 / 1000.0);
+        if e.chance(1, 4) {
+            for w in &worlds {
+                w.shared.sync();
+            }
+        }
+        let mut req = Message::request(random_message_bytes(e, &req_fields));
+        random_headers(e, &mut req);
+        let mut rpc = RpcInfo {
+            id: i as u64 + 1,
+            method: method.full_name.clone(),
+            src: "client-a".into(),
+            service: "gen-svc".into(),
+            routed: None,
+        };
+        let mut outs: Vec<SegmentRequest> = Vec::new();
+        for (j, w) in worlds.iter_mut().enumerate() {
+            let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut w.channels,
+            };
+            outs.push(if j == 0 {
+                Interp.request(&chain, &mut insts, req.clone(), &rpc, &mut host)
+            } else {
+                compiled.request(&mut bufs, &mut insts, req.clone(), &rpc, &mut host)
+            });
+        }
+        if outs[0] != outs[1] {
+            return fail(format!(
+                "rpc {}: request verdicts differ\n interp: {:?}\n    jit: {:?}\n request: {req:?}",
+                i + 1,
+                outs[0],
+                outs[1]
+            ));
+        }
+        let out = &outs[0];
+        rpc.routed = out.routed.clone();
+        let (start, resp) = match &out.verdict {
+            interp::Verdict::Forward(_) => {
+                let mut resp = if e.chance(1, 6) {
+                    let code =
+                        Code::from_number(1 + e.below(16) as u32).unwrap_or(Code::Unavailable);
+                    Message::error(code, "upstream failed")
+                } else {
+                    Message::response(random_message_bytes(e, &resp_fields))
+                };
+                random_headers(e, &mut resp);
+                (n, resp)
+            }
+            interp::Verdict::Reply(m) => (out.decided, m.clone()),
+            interp::Verdict::Reject { code, message } => {
+                (out.decided, Message::error(*code, message.clone()))
+            }
+        };
+        if start == 0 {
+            continue;
+        }
+        let mut backs = Vec::new();
+        for (j, w) in worlds.iter_mut().enumerate() {
+            let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut w.channels,
+            };
+            backs.push(if j == 0 {
+                Interp.response(&chain, &mut insts, start - 1, resp.clone(), &rpc, &mut host)
+            } else {
+                compiled.response(&mut bufs, &mut insts, start - 1, resp.clone(), &rpc, &mut host)
+            });
+        }
+        if backs[0] != backs[1] {
+            return fail(format!(
+                "rpc {}: responses differ\n interp: {:?}\n    jit: {:?}\n response in: {resp:?}",
+                i + 1,
+                backs[0],
+                backs[1]
+            ));
+        }
+    }
+    let [a, b] = &mut worlds;
+    for (x, y) in a.instances.iter_mut().zip(b.instances.iter_mut()) {
+        if (x.errors, x.malformed, x.in_flight()) != (y.errors, y.malformed, y.in_flight()) {
+            return fail(format!(
+                "{}: counters (errors, malformed, in flight) differ: interp {:?}, jit {:?}",
+                x.name,
+                (x.errors, x.malformed, x.in_flight()),
+                (y.errors, y.malformed, y.in_flight())
+            ));
+        }
+        let (sx, sy) = (x.store.snapshot(), y.store.snapshot());
+        if sx != sy {
+            return fail(format!(
+                "{}: final state differs\n interp: {sx:?}\n    jit: {sy:?}",
+                x.name
+            ));
+        }
+    }
+    let ra: Vec<_> = a.channels.iter().map(record_key).collect();
+    let rb: Vec<_> = b.channels.iter().map(record_key).collect();
+    if ra != rb {
+        return fail(format!(
+            "channel records differ\n interp: {ra:?}\n    jit: {rb:?}"
+        ));
+    }
+    Ok(Compared {
+        skipped: false,
+        rpcs,
+        elements: n,
+    })
+}
