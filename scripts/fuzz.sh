@@ -48,7 +48,7 @@ mkdir -p corpus/frontend
 cp ../elements/*.weft seeds/frontend/*.weft corpus/frontend/
 
 # Input size caps: element files are small; the generator's input is a list of choices.
-declare -A max_len=([frontend]=8192 [generated]=4096)
+declare -A max_len=([frontend]=8192 [generated]=4096 [jit_vs_interp]=4096)
 
 failed=()
 for t in "${targets[@]}"; do

@@ -1,1 +1,81 @@
-fn main() {}
+//! The JIT's benchmarks (docs/benchmarks.md): `make bench`, or
+//! `cargo bench -p weft-bench --bench chain`.
+//!
+//! * `five/{interp,jit_fused,jit_unfused,hand_written}` — one RPC (request down, response
+//!   up) through [ratelimit, firewall, logging, metrics, fault];
+//! * `per_element/{1,11}` — a fused chain of 1 and 11 `count` elements (the difference / 10 is
+//!   the cost of one simple element);
+//! * `compile/ten` — compiling a fused 10-element chain (both directions).
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use weft_bench::{Answer, Cx, FIVE, HandChain, counters, load_chain, request, response};
+use weft_hostcalls::VirtualClock;
+use weft_hostcalls::channel::ChannelRecord;
+use weft_ir::schema::resolve_path;
+use weft_jit::rig::{Rig, RunOutcome};
+use weft_jit::{Fusion, compile};
+
+fn five(c: &mut Criterion) {
+    let (elements, method) = load_chain(FIVE).unwrap();
+    let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+    let mut g = c.benchmark_group("five");
+    for (name, fusion) in [
+        ("interp", None),
+        ("jit_fused", Some(Fusion::Fused)),
+        ("jit_unfused", Some(Fusion::Unfused)),
+    ] {
+        let mut rig = Rig::new(&elements, fusion, req.clone(), resp.clone()).unwrap();
+        assert_eq!(rig.run(), RunOutcome::Forwarded, "{name}");
+        g.bench_function(name, |b| b.iter(|| black_box(rig.run())));
+    }
+    let clock = VirtualClock::new(0.0);
+    let user = resolve_path(&method.request, "user").unwrap();
+    let mut hand = HandChain::new(user, 0.0);
+    let mut channels: Vec<ChannelRecord> = Vec::new();
+    let mut id = 0u64;
+    g.bench_function("hand_written", |b| {
+        b.iter(|| {
+            // What the rig does around each RPC: time passes, records are drained.
+            clock.advance(0.001);
+            channels.clear();
+            id += 1;
+            let mut cx = Cx {
+                clock: &clock,
+                channels: &mut channels,
+                rpc_id: id,
+            };
+            let out = hand.rpc(req.clone(), &resp, &mut cx);
+            assert!(matches!(out, Answer::Response(_)));
+            black_box(out)
+        })
+    });
+    g.finish();
+}
+
+fn per_element(c: &mut Criterion) {
+    let mut g = c.benchmark_group("per_element");
+    for n in [1usize, 11] {
+        let (elements, method) = load_chain(&counters(n)).unwrap();
+        let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+        let mut rig = Rig::new(&elements, Some(Fusion::Fused), req, resp).unwrap();
+        g.bench_function(n.to_string(), |b| b.iter(|| black_box(rig.run())));
+    }
+    g.finish();
+}
+
+fn compile_time(c: &mut Criterion) {
+    let ten = format!("{FIVE}{}", FIVE.replace("- ratelimit:", "- element: ratelimit\n        name: rl2\n        params:").replace("- firewall:", "- element: firewall\n        name: fw2\n        params:").replace("- logging", "- element: logging\n        name: log2").replace("- metrics", "- element: metrics\n        name: m2").replace("- fault:", "- element: fault\n        name: f2\n        params:"));
+    let (elements, _) = load_chain(&ten).unwrap();
+    assert_eq!(elements.len(), 10);
+    let mut g = c.benchmark_group("compile");
+    g.bench_function("ten", |b| {
+        b.iter(|| black_box(compile(&elements, Fusion::Fused).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, five, per_element, compile_time);
+criterion_main!(benches);

@@ -40,6 +40,8 @@ pub struct Part {
 /// One compiled version of a segment. Its machine code lives as long as it does.
 pub struct Compiled {
     pub elements: Vec<Arc<Element>>,
+    /// Per element: whether its code addresses a state block.
+    pub needs_block: Vec<bool>,
     pub parts: Vec<Part>,
     pub tables: Tables,
     /// Only touched when the version is dropped; the mutex makes the version `Sync`.
@@ -179,6 +181,10 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         parts.push(Part { range, req, resp });
     }
     Ok(Compiled {
+        needs_block: elements
+            .iter()
+            .map(|e| lower::block_vars(e).iter().any(Option::is_some))
+            .collect(),
         elements: elements.to_vec(),
         parts,
         tables,

@@ -48,27 +48,71 @@ pub fn block_store(ir: &Element, store: Box<dyn StateStore + Send>) -> Box<dyn S
     Box::new(BlockStore::new(store, vars))
 }
 
+/// A request verdict with messages shared, as compiled code leaves them.
+#[derive(Clone, Debug)]
+pub enum SharedVerdict {
+    Forward(Arc<Message>),
+    Reply(Arc<Message>),
+    Reject { code: Code, message: String },
+}
+
+/// [`SegmentRequest`] with shared messages.
+#[derive(Clone, Debug)]
+pub struct SharedRequest {
+    pub decided: usize,
+    pub verdict: SharedVerdict,
+    pub routed: Option<String>,
+}
+
+impl SharedRequest {
+    fn unshared(self) -> SegmentRequest {
+        SegmentRequest {
+            decided: self.decided,
+            routed: self.routed,
+            verdict: match self.verdict {
+                SharedVerdict::Forward(m) => Verdict::Forward(Arc::unwrap_or_clone(m)),
+                SharedVerdict::Reply(m) => Verdict::Reply(Arc::unwrap_or_clone(m)),
+                SharedVerdict::Reject { code, message } => Verdict::Reject { code, message },
+            },
+        }
+    }
+}
+
 impl Compiled {
     /// Runs the segment's request handlers (as [`Executor::request`]).
     pub fn request(
         &self,
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
-        mut msg: Message,
+        msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> SegmentRequest {
+        self.request_shared(bufs, instances, Arc::new(msg), rpc, host)
+            .unshared()
+    }
+
+    /// Runs the segment's request handlers on a shared message; the verdict's message is
+    /// shared too (a channel record may hold it), so nothing is copied.
+    pub fn request_shared(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        mut msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> SharedRequest {
         let mut last = None;
         for part in &self.parts {
             let r = part.range.clone();
             let out = self.run_request(part, bufs, &mut instances[r.clone()], msg, rpc, host);
             match out.verdict {
-                Verdict::Forward(m) => {
+                SharedVerdict::Forward(m) => {
                     msg = m;
                     last = Some(out.routed);
                 }
                 verdict => {
-                    return SegmentRequest {
+                    return SharedRequest {
                         decided: r.start + out.decided,
                         verdict,
                         routed: out.routed,
@@ -76,10 +120,10 @@ impl Compiled {
                 }
             }
         }
-        SegmentRequest {
+        SharedRequest {
             decided: self.elements.len(),
             routed: last.flatten(),
-            verdict: Verdict::Forward(msg),
+            verdict: SharedVerdict::Forward(msg),
         }
     }
 
@@ -89,10 +133,23 @@ impl Compiled {
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
         start: usize,
-        mut msg: Message,
+        msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> Message {
+        Arc::unwrap_or_clone(self.response_shared(bufs, instances, start, Arc::new(msg), rpc, host))
+    }
+
+    /// [`Compiled::response`] on a shared message.
+    pub fn response_shared(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        start: usize,
+        mut msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> Arc<Message> {
         for part in self.parts.iter().rev() {
             let r = part.range.clone();
             if r.start > start {
@@ -104,24 +161,20 @@ impl Compiled {
         msg
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn frame<'a, 'i, 'h>(
         &'a self,
         part: &Part,
         bufs: &'a mut Buffers,
         instances: &'a mut [&'i mut Instance],
         handler: Handler,
-        msg: Message,
+        msg: Arc<Message>,
         rpc: &'a RpcInfo,
         host: &'a mut Host<'h>,
     ) -> Frame<'a, 'i, 'h> {
-        bufs.blocks.clear();
-        for i in instances.iter_mut() {
-            bufs.blocks
-                .push(i.store.scalar_block().unwrap_or(std::ptr::null_mut()));
-        }
         let mut arena = std::mem::take(&mut bufs.arena);
         arena.clear();
-        arena.push(Value::Msg(Arc::new(msg)));
+        arena.push(Value::Msg(msg));
         Frame {
             ctx: RpcCtx {
                 blocks: bufs.blocks.as_ptr(),
@@ -144,15 +197,24 @@ impl Compiled {
         part: &Part,
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
-        msg: Message,
+        msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
-    ) -> SegmentRequest {
-        if !blocks_ready(&self.elements[part.range.clone()], instances) {
+    ) -> SharedRequest {
+        if !collect_blocks(&self.needs_block[part.range.clone()], instances, &mut bufs.blocks) {
             // An instance whose store has no state block (made by another executor): the
             // interpreter runs it, reading the same store.
             let els = &self.elements[part.range.clone()];
-            return Interp.request(els, instances, msg, rpc, host);
+            let out = Interp.request(els, instances, Arc::unwrap_or_clone(msg), rpc, host);
+            return SharedRequest {
+                decided: out.decided,
+                routed: out.routed,
+                verdict: match out.verdict {
+                    Verdict::Forward(m) => SharedVerdict::Forward(Arc::new(m)),
+                    Verdict::Reply(m) => SharedVerdict::Reply(Arc::new(m)),
+                    Verdict::Reject { code, message } => SharedVerdict::Reject { code, message },
+                },
+            };
         }
         let n = part.range.len();
         let mut arena_back = Vec::new();
@@ -171,18 +233,19 @@ impl Compiled {
         let decided = (ctx.decided as usize).min(n);
         let routed = dst_of(&arena_back, ctx.entry_msg);
         let taken = take_msg(&mut arena_back, ctx.msg);
+        arena_back.clear();
         bufs.arena = arena_back;
         let els = &self.elements[part.range.clone()];
         let verdict = match (ctx.verdict, taken) {
             (verdict::FORWARD, Ok(m)) => {
-                return SegmentRequest {
+                return SharedRequest {
                     decided: n,
-                    verdict: Verdict::Forward(m),
+                    verdict: SharedVerdict::Forward(m),
                     routed,
                 };
             }
-            (verdict::REPLY, Ok(m)) => Verdict::Reply(m),
-            (verdict::REJECT, _) => Verdict::Reject {
+            (verdict::REPLY, Ok(m)) => SharedVerdict::Reply(m),
+            (verdict::REJECT, _) => SharedVerdict::Reject {
                 code: code_of(ctx.code),
                 message: reject,
             },
@@ -196,7 +259,7 @@ impl Compiled {
                     inst.count_error(&err);
                 }
                 let name = els.get(decided).map(|e| e.name.as_str()).unwrap_or("");
-                Verdict::Reject {
+                SharedVerdict::Reject {
                     code: err.code(),
                     message: format!("{name}: {err}"),
                 }
@@ -206,7 +269,7 @@ impl Compiled {
             // This element's `resp` will not run for the RPC: its scratch ends here.
             inst.scratch_end(rpc.id);
         }
-        SegmentRequest {
+        SharedRequest {
             decided,
             verdict,
             routed,
@@ -220,13 +283,14 @@ impl Compiled {
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
         start: usize,
-        msg: Message,
+        msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
-    ) -> Message {
-        if !blocks_ready(&self.elements[part.range.clone()], instances) {
+    ) -> Arc<Message> {
+        if !collect_blocks(&self.needs_block[part.range.clone()], instances, &mut bufs.blocks) {
             let els = &self.elements[part.range.clone()];
-            return Interp.response(els, instances, start, msg, rpc, host);
+            let m = Interp.response(els, instances, start, Arc::unwrap_or_clone(msg), rpc, host);
+            return Arc::new(m);
         }
         let mut arena_back = Vec::new();
         let ctx = {
@@ -237,23 +301,36 @@ impl Compiled {
             std::mem::take(&mut frame.ctx)
         };
         bufs.blocks.clear();
-        let out = take_msg(&mut arena_back, ctx.msg)
-            .unwrap_or_else(|e| Message::error(Code::Internal, format!("response handler: {e}")));
+        let out = take_msg(&mut arena_back, ctx.msg).unwrap_or_else(|e| {
+            Arc::new(Message::error(Code::Internal, format!("response handler: {e}")))
+        });
+        arena_back.clear();
         bufs.arena = arena_back;
         out
     }
 }
 
-fn blocks_ready(elements: &[Arc<Element>], instances: &mut [&mut Instance]) -> bool {
-    elements.iter().zip(instances.iter_mut()).all(|(e, i)| {
-        !block_vars(e).iter().any(Option::is_some) || i.store.scalar_block().is_some()
-    })
+/// Collects each instance's state block; `false` if an element whose code needs one has an
+/// instance whose store has none (it was made by another executor).
+fn collect_blocks(needs: &[bool], instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) -> bool {
+    out.clear();
+    for (need, i) in needs.iter().zip(instances.iter_mut()) {
+        if *need {
+            match i.store.scalar_block() {
+                Some(p) => out.push(p),
+                None => return false,
+            }
+        } else {
+            out.push(std::ptr::null_mut());
+        }
+    }
+    true
 }
 
-fn take_msg(arena: &mut [Value], h: u64) -> Result<Message, RuntimeError> {
+fn take_msg(arena: &mut [Value], h: u64) -> Result<Arc<Message>, RuntimeError> {
     let slot = usize::try_from(h).ok().and_then(|i| arena.get_mut(i));
     match slot.map(|s| std::mem::replace(s, Value::Unit)) {
-        Some(Value::Msg(m)) => Ok(Arc::unwrap_or_clone(m)),
+        Some(Value::Msg(m)) => Ok(m),
         Some(other) => Err(RuntimeError::Type(format!(
             "sending a {}",
             other.kind_name()

@@ -426,10 +426,19 @@ fn var_kind(
 extern "C" fn hc_state_get(f: F, elem: i64, var: u64, key: u64) -> u64 {
     guard(f, UNIT, |f| {
         let kind = var_kind(f, elem, var)?;
-        let k = f.take_clone(key)?;
-        let inst = f.instance(elem)?;
+        let inst = usize::try_from(elem)
+            .ok()
+            .and_then(|k| f.instances.get_mut(k))
+            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+        let k = match key {
+            UNIT => &Value::Unit,
+            _ => usize::try_from(key)
+                .ok()
+                .and_then(|i| f.arena.get(i))
+                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
+        };
         let var = var as usize;
-        let got = inst.store.get(var, &k)?;
+        let got = inst.store.get(var, k)?;
         let v = match kind {
             weft_hostcalls::CellKind::Vec => {
                 let len = inst.store.len(var)?;

@@ -13,6 +13,7 @@ pub mod exec;
 pub mod host;
 pub mod lifetime;
 pub mod lower;
+pub mod rig;
 pub mod sync;
 
 pub use compile::{Compiled, Fusion, compile, compile_object};

@@ -1081,6 +1081,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         use Type::*;
         Some(match (from, to) {
             (Int, Int) | (Uint, Uint) | (Int, Uint) | (Uint, Int) => v,
+            // Arena values are immutable, so a string converts to itself by handle.
+            (Str, Str) => v,
             (Float | Instant, Float) => v,
             (Int, Float) => self.b.ins().fcvt_from_sint(types::F64, v),
             (Uint, Float) => self.b.ins().fcvt_from_uint(types::F64, v),

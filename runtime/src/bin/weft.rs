@@ -13,7 +13,9 @@ use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
-use weft_ir::sim::{SimOptions, parse_trace, simulate};
+use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
+use weft_jit::rig::{Rig, RunOutcome};
+use weft_jit::{Fusion, Jit};
 
 #[derive(Parser)]
 #[command(
@@ -71,7 +73,38 @@ enum Command {
         /// `json`: one JSON object per RPC; `text`: one readable line per RPC.
         #[arg(long, value_enum, default_value_t = Format::Json)]
         format: Format,
+        /// Run handlers with the Cranelift JIT (fused segments) or the reference interpreter.
+        #[arg(long, value_enum, default_value_t = ExecutorKind::Jit)]
+        executor: ExecutorKind,
     },
+    /// Run an edge's chain over N pre-encoded copies of a request (and its response) in one
+    /// process and print nanoseconds per RPC for each executor.
+    Bench {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        edge: String,
+        #[arg(long, value_enum, default_value_t = BenchExecutor::Both)]
+        executor: BenchExecutor,
+        #[arg(long, default_value_t = 100_000)]
+        n: u64,
+        /// The request as JSON (default `{}`), encoded once with the method's schema.
+        #[arg(long)]
+        message: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExecutorKind {
+    Interp,
+    Jit,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchExecutor {
+    Interp,
+    Jit,
+    Both,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,14 +135,23 @@ fn main() -> ExitCode {
             dump_state,
             channels,
             format,
+            executor,
         } => {
             let outputs = SimOutputs {
                 dump_state: dump_state.as_deref(),
                 channels: channels.as_deref(),
                 format,
+                executor,
             };
             cmd_sim(&config, &edge, &trace, seed, &outputs)
         }
+        Command::Bench {
+            config,
+            edge,
+            executor,
+            n,
+            message,
+        } => cmd_bench(&config, &edge, executor, n, message.as_deref()),
     };
     match result {
         Ok(code) => code,
@@ -285,6 +327,7 @@ struct SimOutputs<'a> {
     dump_state: Option<&'a Path>,
     channels: Option<&'a Path>,
     format: Format,
+    executor: ExecutorKind,
 }
 
 fn cmd_sim(
@@ -313,12 +356,23 @@ fn cmd_sim(
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let lines = parse_trace(&text).with_context(|| trace.display().to_string())?;
-    let report = simulate(
+    let jit = Jit::new(Fusion::Fused);
+    let executor: &dyn weft_ir::sim::Executor = match outputs.executor {
+        ExecutorKind::Jit => &jit,
+        ExecutorKind::Interp => &weft_ir::sim::Interp,
+    };
+    let report = simulate_with(
         &loaded,
         &lines,
         SimOptions { seed },
         cfg.sim.weak_sync_interval,
+        executor,
     )?;
+    if let (n, Some(e)) = jit.failures()
+        && n > 0
+    {
+        eprintln!("weft: {n} segment(s) ran in the interpreter: the JIT could not compile them: {e}");
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for r in &report.results {
@@ -367,6 +421,69 @@ fn cmd_sim(
 }
 
 /// One readable line per RPC, for people (`make demo`).
+fn cmd_bench(
+    config: &Path,
+    edge: &str,
+    executor: BenchExecutor,
+    n: u64,
+    message: Option<&str>,
+) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let loaded = load_edge(&cfg, edge)?;
+    let method = loaded
+        .methods
+        .first()
+        .context("the edge has no methods")?
+        .clone();
+    let json: serde_json::Value =
+        serde_json::from_str(message.unwrap_or("{}")).context("--message is not JSON")?;
+    let req = weft_ir::wire::json_to_bytes(&method.request, &json)?;
+    let request = weft_hostcalls::Message::request(req);
+    let resp = weft_ir::wire::json_to_bytes(&method.response, &serde_json::json!({}))?;
+    let response = weft_hostcalls::Message::response(resp);
+    let elements: Vec<_> = loaded
+        .elements
+        .iter()
+        .map(|e| {
+            e.ir.get(&method.full_name)
+                .cloned()
+                .with_context(|| format!("{} is not checked for {}", e.use_.name, method.full_name))
+        })
+        .collect::<Result<_>>()?;
+    let kinds: &[(&str, Option<Fusion>)] = match executor {
+        BenchExecutor::Interp => &[("interp", None)],
+        BenchExecutor::Jit => &[("jit", Some(Fusion::Fused))],
+        BenchExecutor::Both => &[("interp", None), ("jit", Some(Fusion::Fused))],
+    };
+    println!(
+        "edge {edge}: {} element(s), method {}, {n} RPCs",
+        elements.len(),
+        method.full_name
+    );
+    let mut results = Vec::new();
+    for (name, fusion) in kinds {
+        let mut rig = Rig::new(&elements, *fusion, request.clone(), response.clone())?;
+        // Warm up (compiles nothing more; fills caches and allocator pools).
+        for _ in 0..n.min(1000) {
+            rig.run();
+        }
+        let mut forwarded = 0u64;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            if rig.run() == RunOutcome::Forwarded {
+                forwarded += 1;
+            }
+        }
+        let ns = start.elapsed().as_nanos() as f64 / n.max(1) as f64;
+        println!("{name:>7}: {ns:10.1} ns/RPC  ({forwarded} of {n} reached the server)");
+        results.push(ns);
+    }
+    if let [interp, jit] = results[..] {
+        println!("speed-up: {:.1}x", interp / jit);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn describe(r: &weft_ir::sim::RpcResult) -> String {
     use weft_ir::sim::Outcome;
     let id = match &r.id {
