@@ -67,7 +67,23 @@ fn per_element(c: &mut Criterion) {
 }
 
 fn compile_time(c: &mut Criterion) {
-    let ten = format!("{FIVE}{}", FIVE.replace("- ratelimit:", "- element: ratelimit\n        name: rl2\n        params:").replace("- firewall:", "- element: firewall\n        name: fw2\n        params:").replace("- logging", "- element: logging\n        name: log2").replace("- metrics", "- element: metrics\n        name: m2").replace("- fault:", "- element: fault\n        name: f2\n        params:"));
+    let ten = format!(
+        "{FIVE}{}",
+        FIVE.replace(
+            "- ratelimit:",
+            "- element: ratelimit\n        name: rl2\n        params:"
+        )
+        .replace(
+            "- firewall:",
+            "- element: firewall\n        name: fw2\n        params:"
+        )
+        .replace("- logging", "- element: logging\n        name: log2")
+        .replace("- metrics", "- element: metrics\n        name: m2")
+        .replace(
+            "- fault:",
+            "- element: fault\n        name: f2\n        params:"
+        )
+    );
     let (elements, _) = load_chain(&ten).unwrap();
     assert_eq!(elements.len(), 10);
     let mut g = c.benchmark_group("compile");

@@ -103,7 +103,9 @@ impl RateLimit {
 
     pub fn request(&mut self, cx: &mut Cx<'_>) -> Decision {
         let now = cx.clock.now();
-        self.tokens = self.capacity.min(self.tokens + self.rate * (now - self.last));
+        self.tokens = self
+            .capacity
+            .min(self.tokens + self.rate * (now - self.last));
         self.last = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;

@@ -29,7 +29,10 @@ pub struct Compared {
     pub elements: usize,
 }
 
-fn fields(desc: &prost_reflect::MessageDescriptor, table: &[(&str, Type)]) -> Vec<(FieldPath, Type)> {
+fn fields(
+    desc: &prost_reflect::MessageDescriptor,
+    table: &[(&str, Type)],
+) -> Vec<(FieldPath, Type)> {
     table
         .iter()
         .filter_map(|(p, t)| resolve_path(desc, p).ok().map(|fp| (fp, t.clone())))
@@ -142,13 +145,16 @@ pub fn compare_program(
     } else {
         Fusion::Fused
     };
-    let compiled = compile(&chain, fusion)
-        .map_err(|err| format!("compile: {err}\n{}", g.source))?;
+    let compiled =
+        compile(&chain, fusion).map_err(|err| format!("compile: {err}\n{}", g.source))?;
     let req_fields = fields(&method.request, &request_fields());
     let resp_fields = fields(&method.response, &response_fields());
     let seed = e.next_u64();
     let clock = VirtualClock::new(0.0);
-    let mut worlds = [World::new(&chain, seed, false), World::new(&chain, seed, true)];
+    let mut worlds = [
+        World::new(&chain, seed, false),
+        World::new(&chain, seed, true),
+    ];
     let mut init_ok = true;
     for w in &mut worlds {
         for (inst, el) in w.instances.iter_mut().zip(&chain) {
@@ -168,7 +174,12 @@ pub fn compare_program(
         });
     }
     let mut bufs = Buffers::default();
-    let fail = |what: String| Err(format!("{what}\n--- program ({fusion:?}, {n} elements)\n{}", g.source));
+    let fail = |what: String| {
+        Err(format!(
+            "{what}\n--- program ({fusion:?}, {n} elements)\n{}",
+            g.source
+        ))
+    };
     for i in 0..rpcs {
         clock.advance(e.below(2000) as f64 / 1000.0);
         if e.chance(1, 4) {
@@ -238,7 +249,14 @@ pub fn compare_program(
             backs.push(if j == 0 {
                 Interp.response(&chain, &mut insts, start - 1, resp.clone(), &rpc, &mut host)
             } else {
-                compiled.response(&mut bufs, &mut insts, start - 1, resp.clone(), &rpc, &mut host)
+                compiled.response(
+                    &mut bufs,
+                    &mut insts,
+                    start - 1,
+                    resp.clone(),
+                    &rpc,
+                    &mut host,
+                )
             });
         }
         if backs[0] != backs[1] {

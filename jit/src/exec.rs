@@ -201,7 +201,11 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> SharedRequest {
-        if !collect_blocks(&self.needs_block[part.range.clone()], instances, &mut bufs.blocks) {
+        if !collect_blocks(
+            &self.needs_block[part.range.clone()],
+            instances,
+            &mut bufs.blocks,
+        ) {
             // An instance whose store has no state block (made by another executor): the
             // interpreter runs it, reading the same store.
             let els = &self.elements[part.range.clone()];
@@ -287,7 +291,11 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> Arc<Message> {
-        if !collect_blocks(&self.needs_block[part.range.clone()], instances, &mut bufs.blocks) {
+        if !collect_blocks(
+            &self.needs_block[part.range.clone()],
+            instances,
+            &mut bufs.blocks,
+        ) {
             let els = &self.elements[part.range.clone()];
             let m = Interp.response(els, instances, start, Arc::unwrap_or_clone(msg), rpc, host);
             return Arc::new(m);
@@ -302,7 +310,10 @@ impl Compiled {
         };
         bufs.blocks.clear();
         let out = take_msg(&mut arena_back, ctx.msg).unwrap_or_else(|e| {
-            Arc::new(Message::error(Code::Internal, format!("response handler: {e}")))
+            Arc::new(Message::error(
+                Code::Internal,
+                format!("response handler: {e}"),
+            ))
         });
         arena_back.clear();
         bufs.arena = arena_back;
@@ -312,7 +323,11 @@ impl Compiled {
 
 /// Collects each instance's state block; `false` if an element whose code needs one has an
 /// instance whose store has none (it was made by another executor).
-fn collect_blocks(needs: &[bool], instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) -> bool {
+fn collect_blocks(
+    needs: &[bool],
+    instances: &mut [&mut Instance],
+    out: &mut Vec<*mut u64>,
+) -> bool {
     out.clear();
     for (need, i) in needs.iter().zip(instances.iter_mut()) {
         if *need {

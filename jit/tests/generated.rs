@@ -22,5 +22,8 @@ fn generated_programs_agree_with_the_interpreter() {
             Err(why) => panic!("seed {seed}: {why}"),
         }
     }
-    assert!(compared as u64 > seeds / 2, "only {compared} of {seeds} programs ran");
+    assert!(
+        compared as u64 > seeds / 2,
+        "only {compared} of {seeds} programs ran"
+    );
 }

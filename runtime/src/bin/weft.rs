@@ -371,7 +371,9 @@ fn cmd_sim(
     if let (n, Some(e)) = jit.failures()
         && n > 0
     {
-        eprintln!("weft: {n} segment(s) ran in the interpreter: the JIT could not compile them: {e}");
+        eprintln!(
+            "weft: {n} segment(s) ran in the interpreter: the JIT could not compile them: {e}"
+        );
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
