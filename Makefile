@@ -4,7 +4,7 @@
 CARGO ?= cargo
 WEFT  := target/debug/weft
 
-.PHONY: all deps build test demo fuzz bench lint clean
+.PHONY: all deps build test demo fuzz bench loom lint clean
 
 all: build
 
@@ -40,14 +40,21 @@ demo: deps
 	@cat target/demo-channels.jsonl
 	@echo "== final state is in target/demo-state.json"
 
-# Fuzzing (10 minutes by default; FUZZ_SECONDS=60 for a quick run). Needs the nightly
-# toolchain and cargo-fuzz, which the script installs when missing.
+# Fuzzing: the front end and the generator share FUZZ_SECONDS (10 minutes by default), and
+# the JIT-vs-interpreter comparison gets FUZZ_SECONDS of its own. FUZZ_SECONDS=60 for a quick
+# run. Needs the nightly toolchain and cargo-fuzz, which the script installs when missing.
 FUZZ_SECONDS ?= 600
 fuzz: deps
-	./scripts/fuzz.sh $(FUZZ_SECONDS)
+	FUZZ_TARGETS="frontend generated" ./scripts/fuzz.sh $(FUZZ_SECONDS)
+	FUZZ_TARGETS="jit_vs_interp" ./scripts/fuzz.sh $(FUZZ_SECONDS)
 
+# The JIT's benchmarks (criterion; results and the machine are in docs/benchmarks.md).
 bench: deps
-	@echo "No benchmarks yet: the JIT and runtime issues add them (see docs/benchmarks.md)."
+	$(CARGO) bench -p weft-bench --bench chain
+
+# The loom model of compiled-code lifetime (its own target dir: --cfg loom rebuilds all).
+loom: deps
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p weft-jit --release --test loom
 
 clean:
 	$(CARGO) clean

@@ -3,6 +3,7 @@
 # any target finds a crash, a timeout or an out-of-memory input (saved under fuzz/artifacts/).
 #
 #   scripts/fuzz.sh [TOTAL_SECONDS]     # default 600, split evenly across the targets
+#   FUZZ_TARGETS="jit_vs_interp" scripts/fuzz.sh 600   # only the named targets
 #
 # Installs what fuzzing needs when missing: the nightly toolchain (rustup) and cargo-fuzz.
 # Corpora grow in fuzz/corpus/<target> (not committed); `frontend` is seeded from the
@@ -30,6 +31,9 @@ fi
 
 cd fuzz
 mapfile -t targets < <(cargo +nightly fuzz list)
+if [[ -n "${FUZZ_TARGETS:-}" ]]; then
+    read -r -a targets <<< "$FUZZ_TARGETS"
+fi
 if (( ${#targets[@]} == 0 )); then
     echo "no fuzz targets found in fuzz/" >&2
     exit 1

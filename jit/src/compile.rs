@@ -66,6 +66,7 @@ impl Drop for Compiled {
 fn flags(pic: bool) -> Result<settings::Flags, JitError> {
     let mut b = settings::builder();
     b.set("opt_level", "speed")?;
+    b.set("regalloc_algorithm", "single_pass")?;
     b.set("use_colocated_libcalls", "false")?;
     b.set("is_pic", if pic { "true" } else { "false" })?;
     // The verifier doubles compile time; debug builds and the cross-ISA path keep it on.
@@ -101,7 +102,7 @@ fn host_symbol(name: &str) -> Option<*const u8> {
 
 fn ranges(n: usize, fusion: Fusion) -> Vec<Range<usize>> {
     match fusion {
-        Fusion::Fused => vec![0..n],
+        Fusion::Fused => std::iter::once(0..n).collect(),
         Fusion::Unfused => (0..n).map(|k| k..k + 1).collect(),
     }
 }

@@ -24,10 +24,6 @@ pub struct Buffers {
     blocks: Vec<*mut u64>,
 }
 
-// SAFETY-free note: `Buffers` holds raw block pointers only between the start and the end of
-// one call; they are cleared before it returns. It is `Send` so executors can be moved.
-unsafe impl Send for Buffers {}
-
 /// Wraps a new instance's store so the element's local scalars live in a block compiled code
 /// addresses directly.
 pub fn block_store(ir: &Element, store: Box<dyn StateStore + Send>) -> Box<dyn StateStore + Send> {

@@ -727,7 +727,7 @@ extern "C" fn hc_item_at(f: F, h: u64, i: i64) -> u64 {
     })
 }
 
-fn field<'t>(tables: &'t Tables, id: u64) -> Result<&'t FieldPath, RuntimeError> {
+fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
     usize::try_from(id)
         .ok()
         .and_then(|i| tables.fields.get(i))
