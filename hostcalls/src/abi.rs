@@ -298,7 +298,15 @@ pub enum HostFn {
     ScratchBegin = 58,
     ScratchEnd = 59,
     UnboxBool = 60,
+    /// `get(map_state, k)` matched by `Some(v)`/`None` patterns: the value's handle, or
+    /// [`NONE`] — no Option is built.
+    StateProbe = 61,
+    /// `get_metadata(k)` matched the same way.
+    MetadataProbe = 62,
 }
+
+/// What a probe host function returns for a missing value.
+pub const NONE: u64 = u64::MAX - 1;
 
 impl HostFn {
     /// The symbol compiled objects import the function by.

@@ -139,6 +139,9 @@ fn lower_all<M: Module>(
             } else {
                 lower::lower_response(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
             }
+            if std::env::var_os("WEFT_JIT_DUMP").is_some() {
+                eprintln!("{}", ctx.func.display());
+            }
             verify(&ctx, module)?;
             module.define_function(id, &mut ctx)?;
             module.clear_context(&mut ctx);

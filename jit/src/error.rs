@@ -14,6 +14,8 @@ pub enum JitError {
     Settings(#[from] cranelift_codegen::settings::SetError),
     #[error("the verifier rejected `{function}`: {errors}")]
     Verifier { function: String, errors: String },
+    #[error("host function {0:?} is not declared (a bug in the JIT)")]
+    MissingHostFn(weft_hostcalls::abi::HostFn),
     #[error("`init` of `{0}` failed: {1}")]
     Init(String, String),
     #[error("writing the object: {0}")]

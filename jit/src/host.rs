@@ -13,7 +13,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use weft_hostcalls::abi::{HostFn, RpcCtx};
+use weft_hostcalls::abi::{HostFn, NONE, RpcCtx};
 use weft_hostcalls::builtins;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng;
@@ -824,6 +824,38 @@ extern "C" fn hc_metadata_get(f: F, elem: i64, key: u64) -> u64 {
     })
 }
 
+/// `get_metadata(key)` under a `Some`/`None` match: the value, or [`NONE`].
+extern "C" fn hc_metadata_probe(f: F, elem: i64, key: u64) -> u64 {
+    guard(f, NONE, |f| {
+        let id = f.rpc.id;
+        match f.instance(elem)?.scratch_get(id, key as usize).cloned() {
+            Some(v) => Ok(f.put(v)),
+            None => Ok(NONE),
+        }
+    })
+}
+
+/// `get(map_state, k)` under a `Some`/`None` match: the value, or [`NONE`].
+extern "C" fn hc_state_probe(f: F, elem: i64, var: u64, key: u64) -> u64 {
+    guard(f, NONE, |f| {
+        let inst = usize::try_from(elem)
+            .ok()
+            .and_then(|k| f.instances.get_mut(k))
+            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+        let k = match key {
+            UNIT => &Value::Unit,
+            _ => usize::try_from(key)
+                .ok()
+                .and_then(|i| f.arena.get(i))
+                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
+        };
+        match inst.store.get(var as usize, k)? {
+            Some(v) => Ok(f.put(v)),
+            None => Ok(NONE),
+        }
+    })
+}
+
 extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
     guard(f, (), |f| {
         let v = f.take_clone(value)?;
@@ -1005,6 +1037,8 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         RespError => (hc_resp_error as *const u8, sig(&[I, I], Some(I))),
         ScratchBegin => (hc_scratch_begin as *const u8, sig(&[I], None)),
         ScratchEnd => (hc_scratch_end as *const u8, sig(&[I], None)),
+        StateProbe => (hc_state_probe as *const u8, sig(&[I, I, I], Some(I))),
+        MetadataProbe => (hc_metadata_probe as *const u8, sig(&[I, I], Some(I))),
     }
 }
 
@@ -1073,5 +1107,19 @@ pub const ALL: &[HostFn] = &{
         RespError,
         ScratchBegin,
         ScratchEnd,
+        StateProbe,
+        MetadataProbe,
     ]
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_host_function_id_is_listed_once() {
+        let mut ids: Vec<u32> = ALL.iter().map(|f| *f as u32).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..ALL.len() as u32).collect::<Vec<_>>());
+    }
+}

@@ -22,7 +22,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::ir::{Block, Value as V};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
 use cranelift_module::{FuncId, Linkage, Module};
-use weft_hostcalls::abi::{HostFn, RpcCtx, SlotKind, verdict};
+use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, SlotKind, verdict};
 use weft_hostcalls::state::{CellKind, Consistency};
 use weft_hostcalls::{Code, Value};
 use weft_ir::ast::{BinOp, UnOp};
@@ -158,6 +158,8 @@ struct Fx<'a, 'f, M: Module> {
     entry_msg: V,
     exits: Exits,
     lambdas: Vec<Lambda>,
+    /// A host function the module did not declare (a bug; fails the compilation).
+    missing: Option<HostFn>,
 }
 
 const ERR: i32 = offset_of!(RpcCtx, err) as i32;
@@ -178,8 +180,12 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let fref = match self.refs.get(&f) {
             Some(r) => *r,
             None => {
-                // `Imports::declare` declared every host function.
-                let id = *self.imports.ids.get(&f)?;
+                // `Imports::declare` declares every host function; a missing one is a bug
+                // that fails the compilation (see `missing`).
+                let Some(id) = self.imports.ids.get(&f).copied() else {
+                    self.missing = Some(f);
+                    return None;
+                };
                 let r = self.module.declare_func_in_func(id, self.b.func);
                 self.refs.insert(f, r);
                 r
@@ -509,7 +515,68 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.dead();
     }
 
+    /// A `match` on `get(map_state, k)` or `get_metadata(k)` whose arms are only `Some`,
+    /// `None` and `_`: one host call gives the value or NONE, and no Option is built.
+    fn match_probe(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) -> bool {
+        let only_options = arms
+            .iter()
+            .all(|a| matches!(a.pattern, Pattern::Some(_) | Pattern::None | Pattern::Wildcard));
+        if !only_options {
+            return false;
+        }
+        let h = match &scrutinee.kind {
+            ExprKind::StateGet { var, key }
+                if self.element.state.get(*var).map(|v| v.kind) == Some(CellKind::Map) =>
+            {
+                let k = self.expr(key);
+                let k = self.boxed(k, &key.ty);
+                let (el, var) = (self.elem(), self.iconst(*var as i64));
+                self.callv(HostFn::StateProbe, &[el, var, k])
+            }
+            ExprKind::Metadata(key) => {
+                let (el, key) = (self.elem(), self.iconst(*key as i64));
+                self.callv(HostFn::MetadataProbe, &[el, key])
+            }
+            _ => return false,
+        };
+        self.check();
+        let after = self.b.create_block();
+        for arm in arms {
+            let body_blk = self.b.create_block();
+            let next = self.b.create_block();
+            let cond = match arm.pattern {
+                Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, h, NONE as i64)),
+                Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, h, NONE as i64)),
+                _ => None,
+            };
+            match cond {
+                None => self.jump(body_blk, &[]),
+                Some(c) => {
+                    self.b.ins().brif(c, body_blk, &[], next, &[]);
+                }
+            }
+            self.b.switch_to_block(body_blk);
+            if let Pattern::Some(Some(l)) = &arm.pattern {
+                let ty = self.body.locals[*l].ty.clone();
+                let x = self.unboxed(h, &ty);
+                self.b.def_var(self.locals[*l], x);
+            }
+            self.block(&arm.body);
+            self.jump(after, &[]);
+            self.b.switch_to_block(next);
+            if cond.is_none() {
+                break;
+            }
+        }
+        self.jump(after, &[]);
+        self.b.switch_to_block(after);
+        true
+    }
+
     fn match_(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) {
+        if self.match_probe(scrutinee, arms) {
+            return;
+        }
         let v = self.expr(scrutinee);
         let r = repr(&scrutinee.ty);
         let after = self.b.create_block();
@@ -1332,6 +1399,7 @@ pub fn lower_request<M: Module>(
             err: dummy,
         },
         lambdas: Vec::new(),
+        missing: None,
     };
     for (k, e) in elements.iter().enumerate() {
         fx.b.switch_to_block(starts[k]);
@@ -1375,7 +1443,10 @@ pub fn lower_request<M: Module>(
     fx.b.seal_all_blocks();
     let cfg = fx.module.target_config();
     fx.b.finalize(cfg);
-    Ok(())
+    match fx.missing {
+        Some(f) => Err(JitError::MissingHostFn(f)),
+        None => Ok(()),
+    }
 }
 
 /// Lowers the response function of a segment into `func`.
@@ -1442,6 +1513,7 @@ pub fn lower_response<M: Module>(
             err: done,
         },
         lambdas: Vec::new(),
+        missing: None,
     };
     for (k, e) in elements.iter().enumerate() {
         fx.b.switch_to_block(starts[k]);
@@ -1474,7 +1546,10 @@ pub fn lower_response<M: Module>(
     fx.b.seal_all_blocks();
     let cfg = fx.module.target_config();
     fx.b.finalize(cfg);
-    Ok(())
+    match fx.missing {
+        Some(f) => Err(JitError::MissingHostFn(f)),
+        None => Ok(()),
+    }
 }
 
 /// A rejection's code as the context carries it.
