@@ -21,6 +21,7 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
 	./scripts/check-elements.sh
+	$(MAKE) loom
 
 lint: deps
 	$(CARGO) fmt --all -- --check

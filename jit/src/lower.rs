@@ -518,9 +518,12 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
     /// A `match` on `get(map_state, k)` or `get_metadata(k)` whose arms are only `Some`,
     /// `None` and `_`: one host call gives the value or NONE, and no Option is built.
     fn match_probe(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) -> bool {
-        let only_options = arms
-            .iter()
-            .all(|a| matches!(a.pattern, Pattern::Some(_) | Pattern::None | Pattern::Wildcard));
+        let only_options = arms.iter().all(|a| {
+            matches!(
+                a.pattern,
+                Pattern::Some(_) | Pattern::None | Pattern::Wildcard
+            )
+        });
         if !only_options {
             return false;
         }

@@ -203,3 +203,68 @@ fn bad_inputs_get_a_clear_answer() {
         stderr(&out)
     );
 }
+
+#[test]
+fn sim_gives_the_same_run_with_either_executor() {
+    let dir = std::env::temp_dir().join(format!("weft-cli-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut runs = Vec::new();
+    for executor in ["interp", "jit"] {
+        let channels = dir.join(format!("{executor}.jsonl"));
+        let state = dir.join(format!("{executor}.json"));
+        let out = weft(&[
+            "sim",
+            "--config",
+            "examples/echo/weft.yaml",
+            "--edge",
+            "frontend->echo",
+            "--trace",
+            "examples/echo/trace.jsonl",
+            "--executor",
+            executor,
+            "--channels",
+            channels.to_str().unwrap(),
+            "--dump-state",
+            state.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+        runs.push((
+            stdout(&out),
+            std::fs::read_to_string(channels).unwrap(),
+            std::fs::read_to_string(state).unwrap(),
+        ));
+    }
+    assert_eq!(runs[0], runs[1]);
+}
+
+#[test]
+fn bench_prints_nanoseconds_per_rpc_for_both_executors() {
+    let out = weft(&[
+        "bench",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--n",
+        "200",
+        "--message",
+        r#"{"user": "alice", "body": "hi"}"#,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in ["interp:", "jit:", "ns/RPC", "speed-up:"] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+    let bad = weft(&[
+        "bench",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--message",
+        "not json",
+    ]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("--message"), "{}", stderr(&bad));
+}
