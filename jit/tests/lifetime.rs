@@ -64,9 +64,9 @@ fn run(c: &Compiled, (e, method): &(Arc<Element>, MethodSchema), user: &str) -> 
 #[test]
 fn a_running_call_keeps_its_version_until_it_returns() {
     let (old_e, new_e) = (firewall("mallory"), firewall("alice"));
-    let slot = VersionSlot::new(compile(&[old_e.0.clone()], Fusion::Fused).unwrap());
+    let slot = VersionSlot::new(compile(std::slice::from_ref(&old_e.0), Fusion::Fused).unwrap());
     let entered = slot.enter();
-    slot.publish(compile(&[new_e.0.clone()], Fusion::Fused).unwrap());
+    slot.publish(compile(std::slice::from_ref(&new_e.0), Fusion::Fused).unwrap());
     // The old version still runs (and still lets alice through) after the new one is live.
     assert!(run(&entered, &old_e, "alice"));
     assert!(!run(&entered, &old_e, "mallory"));
