@@ -71,13 +71,13 @@ pub struct Edge {
     pub pairs: Vec<(ElementUse, ElementUse)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
     Client,
     Server,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Processor {
     /// In-process, linked into the service.
     Lib,
