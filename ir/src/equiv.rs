@@ -1,0 +1,1615 @@
+//! The semantic equivalence checker: symbolic execution of a chain (appnet-nsdi25.txt,
+//! Appendix B, Algorithm 2) over the request **and** the response path, and comparison of two
+//! layouts under strong or weak observation consistency (Algorithm 3), with a reason.
+//!
+//! # Model
+//!
+//! One RPC is executed symbolically. The request is a dictionary from keys (`f:field`,
+//! `h:header`) to terms, plus a base term for everything no key names. Each element, in the
+//! layout's order, reads terms and writes new ones — opaque functions of exactly what it read
+//! ([`crate::abstraction`]). An element that may stop the request (reject, answer locally,
+//! fail) contributes a stop term; the ordered list of stop terms before an element is its
+//! *arrival*: state it writes and records it emits depend on it, because they happen only for
+//! requests that reach it.
+//!
+//! The response starts as the server's and travels the order backwards. Above an element that
+//! may stop requests, the response is `Sel(stop, below)`: that element's answer if it stopped,
+//! else what came from below — so a response handler that reads the response depends on every
+//! element after it that may stop or that rewrites the response, and its state updates depend
+//! on its own arrival (its `resp` runs only if it forwarded the request).
+//!
+//! # Instances
+//!
+//! Each element runs as one instance per calling replica on the client side and one per
+//! server replica (the `dst` header) on the server side. State that depends on the instance
+//! (local state its handlers change, weak replicas, its random stream) is a term of the
+//! instance key: the calling replica on the client side, the `dst` header as the element sees
+//! it on the server side. Moving such an element across sides changes the key, so the checker
+//! refuses it; shared strong state is one variable wherever it runs, so moving it only
+//! changes cost. docs/planner.md has the full rule and the argument.
+//!
+//! # Soundness
+//!
+//! Every term is a deterministic function of its arguments, so equal terms denote equal
+//! values for equal primitive inputs (the RPC, the state before it). State before each event
+//! is equal by induction over the events of a stream, as in Appendix B. The outputs compared
+//! are: the order of elements that stop the request and each one's stop term, the request as
+//! the server sees it, every element's state after the request and after the response, every
+//! channel record (strong only), and the response as the client sees it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::abstraction::{Cipher, ElementAbs, Input, Target, abstract_element, keys_overlap};
+use crate::config::{Observation, Side};
+use crate::layout::{Layout, LayoutError};
+use crate::load::LoadedEdge;
+use crate::term::{Dir, Op, Part, TermId, Terms};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EquivError {
+    #[error("edge `{edge}`: {source}")]
+    Layout { edge: String, source: LayoutError },
+    #[error("edge `{edge}`, element `{element}`: not checked for method {method}")]
+    Missing {
+        edge: String,
+        element: String,
+        method: String,
+    },
+    #[error("edge `{edge}` has more than {max} elements; the checker indexes elements in 16 bits")]
+    TooLarge { edge: String, max: usize },
+}
+
+/// The answer for one layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub equivalent: bool,
+    /// Equivalent even under strong observation consistency.
+    pub strongly: bool,
+    pub reason: String,
+}
+
+/// Resolved inputs: keys interned per method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum In {
+    Key(u16),
+    Status,
+    Whole,
+    State(u16),
+    Time,
+    Routed,
+    Meta,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tgt {
+    Key(u16),
+    AnyHeader,
+    Message,
+    State(u16),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Resolved {
+    reads: Vec<(In, Input)>,
+    writes: Vec<(Tgt, Vec<In>)>,
+    channels: Vec<u16>,
+}
+
+/// One method's model of the chain.
+pub(crate) struct Model {
+    pub(crate) method: String,
+    pub(crate) elems: Vec<ElementAbs>,
+    keys: Vec<String>,
+    overlaps: Vec<Vec<u16>>,
+    req_universe: Vec<u16>,
+    resp_universe: Vec<u16>,
+    dst: u16,
+    /// Per element: request and response handler.
+    res: Vec<[Resolved; 2]>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Dict {
+    base: TermId,
+    over: BTreeMap<u16, TermId>,
+    status: Option<TermId>,
+}
+
+/// What the request pass recorded for one element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ElemReq {
+    pos: usize,
+    side: Side,
+    key: TermId,
+    /// How many stop terms came before it.
+    stops_before: usize,
+    arrival: TermId,
+    stop: Option<TermId>,
+    /// State after its request handler, per variable.
+    post: Vec<TermId>,
+    /// Records per channel (and `u16::MAX` for records from `init`).
+    chans: Vec<(u16, TermId)>,
+    meta: Option<TermId>,
+    inputs: Vec<(Input, TermId)>,
+    /// Decrypt undid encrypt: nothing touched the field in between.
+    undid_cipher: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ElemResp {
+    post: Vec<(u16, TermId)>,
+    chans: Vec<(u16, TermId)>,
+    inputs: Vec<(Input, TermId)>,
+    arrival: TermId,
+}
+
+/// The request pass over a prefix of a layout, for one method.
+#[derive(Clone, Debug)]
+pub(crate) struct Prefix {
+    dict: Dict,
+    stops: Vec<(usize, TermId)>,
+    elems: Vec<Option<ElemReq>>,
+    /// Encrypt outputs: (the field's term after encrypt, before encrypt).
+    cipher_out: Vec<Option<(TermId, TermId)>>,
+    order: Vec<usize>,
+}
+
+/// Observable outputs of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Out {
+    ReqStop(usize),
+    ReqState(usize, u16),
+    ReqChan(usize, u16),
+    StopOrder,
+    FinalReq,
+    RespState(usize, u16),
+    RespChan(usize, u16),
+    FinalResp,
+}
+
+impl Out {
+    fn is_channel(self) -> bool {
+        matches!(self, Out::ReqChan(..) | Out::RespChan(..))
+    }
+}
+
+struct Run {
+    prefix: Prefix,
+    resp: Vec<Option<ElemResp>>,
+    outputs: BTreeMap<Out, TermId>,
+}
+
+/// A partial layout being built by a search: one prefix per method.
+#[derive(Clone, Debug)]
+pub struct Partial {
+    per_method: Vec<Prefix>,
+}
+
+impl Partial {
+    pub fn len(&self) -> usize {
+        self.per_method.first().map_or(0, |p| p.order.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn order(&self) -> &[usize] {
+        self.per_method.first().map_or(&[], |p| p.order.as_slice())
+    }
+}
+
+pub struct Checker {
+    edge: String,
+    names: Vec<String>,
+    canonical: Layout,
+    models: Vec<Model>,
+    terms: Terms,
+    canon: Vec<Run>,
+    /// Terms of the canonical runs end here; everything after is scratch.
+    mark: usize,
+}
+
+const NO_CHANNEL_INIT: u16 = u16::MAX;
+
+impl Checker {
+    pub fn new(edge: &LoadedEdge) -> Result<Checker, EquivError> {
+        let canonical = Layout::canonical(&edge.edge).map_err(|source| EquivError::Layout {
+            edge: edge.edge.name.clone(),
+            source,
+        })?;
+        if edge.elements.len() >= u16::MAX as usize - 1 {
+            return Err(EquivError::TooLarge {
+                edge: edge.edge.name.clone(),
+                max: u16::MAX as usize - 2,
+            });
+        }
+        let mut models = Vec::new();
+        for m in &edge.methods {
+            let mut elems = Vec::new();
+            for el in &edge.elements {
+                let ir = el.ir.get(&m.full_name).ok_or_else(|| EquivError::Missing {
+                    edge: edge.edge.name.clone(),
+                    element: el.use_.name.clone(),
+                    method: m.full_name.clone(),
+                })?;
+                elems.push(abstract_element(ir, &el.use_));
+            }
+            models.push(Model::new(m.full_name.clone(), elems));
+        }
+        Ok(Checker::from_models(
+            edge.edge.name.clone(),
+            edge.elements.iter().map(|e| e.use_.name.clone()).collect(),
+            canonical,
+            models,
+        ))
+    }
+
+    fn from_models(
+        edge: String,
+        names: Vec<String>,
+        canonical: Layout,
+        models: Vec<Model>,
+    ) -> Self {
+        let mut c = Checker {
+            edge,
+            names,
+            canonical,
+            models,
+            terms: Terms::new(),
+            canon: Vec::new(),
+            mark: 0,
+        };
+        let layout = c.canonical.clone();
+        let runs: Vec<Run> = (0..c.models.len()).map(|m| c.run(m, &layout)).collect();
+        c.canon = runs;
+        c.mark = c.terms.checkpoint();
+        c
+    }
+
+    pub fn edge(&self) -> &str {
+        &self.edge
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    pub fn canonical(&self) -> &Layout {
+        &self.canonical
+    }
+
+    /// Abstractions of each element for each method (for the planner's cost model).
+    pub fn abstractions(&self) -> impl Iterator<Item = (&str, &[ElementAbs])> {
+        self.models
+            .iter()
+            .map(|m| (m.method.as_str(), m.elems.as_slice()))
+    }
+
+    /// Forgets the terms built by searches (the canonical runs stay).
+    pub fn reset_scratch(&mut self) {
+        self.terms.rollback(self.mark);
+    }
+
+    /// Terms built so far (to bound memory in long searches).
+    pub fn scratch_len(&self) -> usize {
+        self.terms.len() - self.mark
+    }
+
+    /// Whether `layout` is equivalent to the configured chain, with the reason.
+    pub fn check(&mut self, layout: &Layout, obs: Observation) -> Verdict {
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        if let Err(e) = layout.validate(&names) {
+            return Verdict {
+                equivalent: false,
+                strongly: false,
+                reason: e.to_string(),
+            };
+        }
+        let mark = self.terms.checkpoint();
+        let mut verdict = Verdict {
+            equivalent: true,
+            strongly: true,
+            reason: String::new(),
+        };
+        let mut weak_note = None;
+        for m in 0..self.models.len() {
+            let run = self.run(m, layout);
+            let diff_strong = first_difference(&self.canon[m], &run, Observation::Strong, layout);
+            let Some(d) = diff_strong else { continue };
+            let diff_weak = if d.is_channel() {
+                first_difference(&self.canon[m], &run, Observation::Weak, layout)
+            } else {
+                Some(d)
+            };
+            let method = if self.models.len() > 1 {
+                format!(" (method {})", self.models[m].method)
+            } else {
+                String::new()
+            };
+            match diff_weak {
+                Some(w) => {
+                    let why = self.explain(m, &run, w, layout);
+                    verdict = Verdict {
+                        equivalent: false,
+                        strongly: false,
+                        reason: format!("not equivalent{method}: {why}"),
+                    };
+                    break;
+                }
+                None => {
+                    verdict.strongly = false;
+                    if weak_note.is_none() {
+                        weak_note = Some(format!("{}{method}", self.explain(m, &run, d, layout)));
+                    }
+                    if obs == Observation::Strong {
+                        verdict.equivalent = false;
+                    }
+                }
+            }
+        }
+        if verdict.reason.is_empty() {
+            verdict.reason = match (&weak_note, obs, verdict.equivalent) {
+                (None, _, _) => {
+                    "equivalent: every drop, message, state update and channel record is the same"
+                        .into()
+                }
+                (Some(n), Observation::Weak, _) => format!(
+                    "equivalent under weak observation consistency (channel records may differ: {n})"
+                ),
+                (Some(n), Observation::Strong, _) => format!(
+                    "not equivalent under strong observation consistency (equivalent under weak): {n}"
+                ),
+            };
+        }
+        self.terms.rollback(mark);
+        verdict
+    }
+
+    /// Fast yes/no (no reason), leaving no terms behind.
+    pub fn equivalent(&mut self, layout: &Layout, obs: Observation) -> bool {
+        let mark = self.terms.checkpoint();
+        let mut p = self.start();
+        let mut ok = true;
+        for &e in &layout.order {
+            if !self.push(&mut p, e, layout.sides[e], obs) {
+                ok = false;
+                break;
+            }
+        }
+        ok = ok && self.finish(&p, obs);
+        self.terms.rollback(mark);
+        ok
+    }
+
+    /// An empty layout, for searches that add elements one by one.
+    pub fn start(&mut self) -> Partial {
+        let per_method = (0..self.models.len())
+            .map(|m| self.empty_prefix(m))
+            .collect();
+        Partial { per_method }
+    }
+
+    /// Adds element `e` on `side` after the prefix. False when an output of `e` that the
+    /// rest of the layout cannot change already differs from the configured chain's (its
+    /// state after the request, its stop decision and their order, its request-path records
+    /// under strong consistency): no completion of this prefix is equivalent.
+    pub fn push(&mut self, p: &mut Partial, e: usize, side: Side, obs: Observation) -> bool {
+        let mut ok = true;
+        for m in 0..self.models.len() {
+            let prefix = &mut p.per_method[m];
+            self.step_req(m, prefix, e, side);
+            if !ok {
+                continue;
+            }
+            let (Some(got), Some(want)) = (&prefix.elems[e], &self.canon[m].prefix.elems[e]) else {
+                ok = false;
+                continue;
+            };
+            if got.stop != want.stop
+                || got.post != want.post
+                || (got.stop.is_some() && got.stops_before != want.stops_before)
+                || (obs == Observation::Strong && got.chans != want.chans)
+            {
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// Whether a complete layout built with [`Checker::push`] is equivalent: the response
+    /// pass and the final messages.
+    pub fn finish(&mut self, p: &Partial, obs: Observation) -> bool {
+        for m in 0..self.models.len() {
+            let prefix = &p.per_method[m];
+            if prefix.order.len() != self.names.len() {
+                return false;
+            }
+            let run = self.complete(m, prefix.clone());
+            let layout = Layout {
+                order: prefix.order.clone(),
+                sides: prefix
+                    .elems
+                    .iter()
+                    .map(|e| e.as_ref().map_or(Side::Client, |x| x.side))
+                    .collect(),
+            };
+            if first_difference(&self.canon[m], &run, obs, &layout).is_some() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// What the rest of a search depends on from a prefix that passed [`Checker::push`]:
+    /// the request as it stands, the stops so far, and, for each element whose response
+    /// handler matters, where it is and what it keeps. Two prefixes of the same elements
+    /// with the same fingerprint have the same equivalent completions.
+    pub fn fingerprint(&self, p: &Partial, obs: Observation) -> Vec<u32> {
+        let mut fp = Vec::new();
+        for (m, prefix) in p.per_method.iter().enumerate() {
+            let model = &self.models[m];
+            fp.push(prefix.dict.base);
+            for (k, v) in &prefix.dict.over {
+                fp.push(u32::from(*k));
+                fp.push(*v);
+            }
+            fp.push(u32::MAX);
+            fp.extend(prefix.stops.iter().map(|(_, t)| *t));
+            fp.push(u32::MAX);
+            for &e in &prefix.order {
+                let a = &model.elems[e];
+                let resp_matters = match obs {
+                    Observation::Strong => a.resp.active(),
+                    Observation::Weak => {
+                        !a.resp.writes.is_empty() || a.resp.stops.any() || a.resp.reorders
+                    }
+                };
+                let Some(er) = &prefix.elems[e] else { continue };
+                if resp_matters || er.stop.is_some() {
+                    fp.push(e as u32);
+                    fp.push(er.meta.unwrap_or(u32::MAX));
+                    fp.push(er.stop.unwrap_or(u32::MAX));
+                }
+            }
+            fp.push(u32::MAX - 1);
+        }
+        fp
+    }
+
+    fn empty_prefix(&mut self, _m: usize) -> Prefix {
+        let n = self.names.len();
+        let base = self.terms.leaf(Op::ReqBase);
+        Prefix {
+            dict: Dict {
+                base,
+                over: BTreeMap::new(),
+                status: None,
+            },
+            stops: Vec::new(),
+            elems: vec![None; n],
+            cipher_out: vec![None; n],
+            order: Vec::new(),
+        }
+    }
+
+    fn run(&mut self, m: usize, layout: &Layout) -> Run {
+        let mut p = self.empty_prefix(m);
+        for &e in &layout.order {
+            self.step_req(m, &mut p, e, layout.sides[e]);
+        }
+        self.complete(m, p)
+    }
+
+    // ----- the request pass -------------------------------------------------------------
+
+    fn step_req(&mut self, m: usize, p: &mut Prefix, e: usize, side: Side) {
+        let model = &self.models[m];
+        let t = &mut self.terms;
+        let a = &model.elems[e];
+        let ei = e as u16;
+        let key = match side {
+            Side::Client => t.leaf(Op::Src),
+            Side::Server => read(t, model, &p.dict, model.dst),
+        };
+        let stop_terms: Vec<TermId> = p.stops.iter().map(|(_, s)| *s).collect();
+        let arrival = t.tuple(&stop_terms);
+        // State before the handler, then what an instance starting re-does.
+        let mut cur: Vec<TermId> = Vec::with_capacity(a.vars.len());
+        for (v, var) in a.vars.iter().enumerate() {
+            let s0 = if var.keyed {
+                t.mk(Op::State0(ei, v as u16), &[key])
+            } else {
+                t.mk(Op::State0(ei, v as u16), &[])
+            };
+            let s = if var.creation {
+                t.mk(Op::Create(ei, v as u16), &[s0, key, arrival])
+            } else {
+                s0
+            };
+            cur.push(s);
+        }
+        let mut chans = Vec::new();
+        if a.creation_records {
+            chans.push((NO_CHANNEL_INIT, t.mk(Op::CreateRec(ei), &[key, arrival])));
+        }
+        // Decrypt of what encrypt produced, with nothing in between: the identity.
+        if let Some((Cipher::Decrypt, fkey, ckey)) = &a.cipher
+            && let Some(k) = model.key(fkey)
+        {
+            let current = read(t, model, &p.dict, k);
+            let undo = model.elems.iter().enumerate().find_map(|(x, other)| {
+                match (&other.cipher, p.cipher_out[x]) {
+                    (Some((Cipher::Encrypt, f2, k2)), Some((out, input)))
+                        if f2 == fkey && k2 == ckey && out == current =>
+                    {
+                        Some(input)
+                    }
+                    _ => None,
+                }
+            });
+            if let Some(input) = undo {
+                p.dict.over.insert(k, input);
+                p.elems[e] = Some(ElemReq {
+                    pos: p.order.len(),
+                    side,
+                    key,
+                    stops_before: p.stops.len(),
+                    arrival,
+                    stop: None,
+                    post: cur,
+                    chans,
+                    meta: None,
+                    inputs: vec![(Input::Key(fkey.clone()), current)],
+                    undid_cipher: true,
+                });
+                p.order.push(e);
+                return;
+            }
+        }
+        let r = &model.res[e][0];
+        let mut inputs = Vec::with_capacity(r.reads.len());
+        let mut rv = Vec::with_capacity(r.reads.len());
+        for (inp, orig) in &r.reads {
+            let term = match inp {
+                In::Key(k) => read(t, model, &p.dict, *k),
+                In::Whole => whole(t, &p.dict, model, &model.req_universe),
+                In::State(v) => cur[*v as usize],
+                // A request has no status; time, routing and scratch are not request inputs.
+                In::Status | In::Time | In::Routed | In::Meta => continue,
+            };
+            inputs.push((orig.clone(), term));
+            rv.push(term);
+        }
+        let lookup = |i: In, t: &mut Terms| -> Option<TermId> {
+            match i {
+                In::Key(k) => Some(read(t, model, &p.dict, k)),
+                In::Whole => Some(whole(t, &p.dict, model, &model.req_universe)),
+                In::State(v) => Some(cur[v as usize]),
+                _ => None,
+            }
+        };
+        let stop = (a.req.stops.any() || a.req.reorders).then(|| {
+            if a.req.reorders {
+                t.mk(Op::Reorder(ei), &rv)
+            } else {
+                t.mk(Op::Stop(ei), &rv)
+            }
+        });
+        // Writes are simultaneous: each is a function of the values before the handler.
+        let mut new_keys: Vec<(u16, TermId)> = Vec::new();
+        let mut new_base = None;
+        let mut replaced = false;
+        let mut post = cur.clone();
+        for (tgt, deps) in &r.writes {
+            let mut args: Vec<TermId> = deps.iter().filter_map(|d| lookup(*d, t)).collect();
+            match *tgt {
+                Tgt::Key(k) => {
+                    args.push(read(t, model, &p.dict, k));
+                    new_keys.push((k, t.mk(Op::Write(ei, Dir::Req, Part::Key(k)), &args)));
+                }
+                Tgt::AnyHeader => {
+                    for (&k, &old) in &p.dict.over {
+                        if model.keys[k as usize].starts_with("h:") {
+                            let mut a2 = args.clone();
+                            a2.push(old);
+                            new_keys.push((k, t.mk(Op::Write(ei, Dir::Req, Part::Key(k)), &a2)));
+                        }
+                    }
+                    args.push(p.dict.base);
+                    new_base = Some(t.mk(Op::Write(ei, Dir::Req, Part::Base), &args));
+                }
+                Tgt::Message => {
+                    replaced = true;
+                    new_base = Some(t.mk(Op::Write(ei, Dir::Req, Part::Base), &args));
+                }
+                Tgt::State(v) => {
+                    args.push(cur[v as usize]);
+                    args.push(arrival);
+                    post[v as usize] = t.mk(Op::StateW(ei, Dir::Req, v), &args);
+                }
+            }
+        }
+        for &c in &r.channels {
+            let mut args = rv.clone();
+            args.push(arrival);
+            chans.push((c, t.mk(Op::Chan(ei, Dir::Req, c), &args)));
+        }
+        let meta = a.req.meta_write.then(|| t.mk(Op::Meta(ei), &rv));
+        if matches!(a.cipher, Some((Cipher::Encrypt, _, _)))
+            && let Some((Cipher::Encrypt, fkey, _)) = &a.cipher
+            && let Some(k) = model.key(fkey)
+        {
+            let before = read(t, model, &p.dict, k);
+            if let Some(&(_, after)) = new_keys.iter().find(|(x, _)| *x == k) {
+                p.cipher_out[e] = Some((after, before));
+            }
+        }
+        if replaced {
+            p.dict.over.clear();
+        }
+        if let Some(b) = new_base {
+            p.dict.base = b;
+        }
+        for (k, v) in new_keys {
+            p.dict.over.insert(k, v);
+        }
+        let stops_before = p.stops.len();
+        if let Some(s) = stop {
+            p.stops.push((e, s));
+        }
+        p.elems[e] = Some(ElemReq {
+            pos: p.order.len(),
+            side,
+            key,
+            stops_before,
+            arrival,
+            stop,
+            post,
+            chans,
+            meta,
+            inputs,
+            undid_cipher: false,
+        });
+        p.order.push(e);
+    }
+
+    // ----- the response pass ------------------------------------------------------------
+
+    fn complete(&mut self, m: usize, p: Prefix) -> Run {
+        let model = &self.models[m];
+        let t = &mut self.terms;
+        let n = model.elems.len();
+        let stop_terms: Vec<TermId> = p.stops.iter().map(|(_, s)| *s).collect();
+        let drops = t.tuple(&stop_terms);
+        let final_dst = read(t, model, &p.dict, model.dst);
+        let routed = t.mk(Op::Routed, &[drops, final_dst]);
+        let time = t.mk(Op::RespTime, &[drops]);
+        let rb = t.leaf(Op::RespBase);
+        let rs = t.leaf(Op::RespStatus);
+        let mut dict = Dict {
+            base: rb,
+            over: BTreeMap::new(),
+            status: Some(rs),
+        };
+        let mut resp: Vec<Option<ElemResp>> = vec![None; n];
+        for &e in p.order.iter().rev() {
+            let Some(er) = &p.elems[e] else { continue };
+            let a = &model.elems[e];
+            let ei = e as u16;
+            if a.resp.active() && !er.undid_cipher {
+                let r = &model.res[e][1];
+                let mut own: Vec<TermId> = stop_terms[..er.stops_before].to_vec();
+                own.extend(er.stop);
+                let arrival = t.tuple(&own);
+                let mut cur: BTreeMap<u16, TermId> = BTreeMap::new();
+                let env = RespEnv {
+                    e: ei,
+                    er,
+                    drops,
+                    time,
+                    routed,
+                    status0: rs,
+                };
+                let mut inputs = Vec::new();
+                let mut rv = Vec::new();
+                for (inp, orig) in &r.reads {
+                    let term = env.lookup(*inp, t, model, &dict, &mut cur);
+                    inputs.push((orig.clone(), term));
+                    rv.push(term);
+                }
+                let mut next = dict.clone();
+                let mut post = Vec::new();
+                for (tgt, deps) in &r.writes {
+                    let mut args: Vec<TermId> = deps
+                        .iter()
+                        .map(|d| env.lookup(*d, t, model, &dict, &mut cur))
+                        .collect();
+                    match *tgt {
+                        Tgt::Key(k) => {
+                            args.push(read(t, model, &dict, k));
+                            let w = t.mk(Op::Write(ei, Dir::Resp, Part::Key(k)), &args);
+                            next.over.insert(k, w);
+                        }
+                        Tgt::AnyHeader => {
+                            for (&k, &old) in &dict.over {
+                                if model.keys[k as usize].starts_with("h:") {
+                                    let mut a2 = args.clone();
+                                    a2.push(old);
+                                    let w = t.mk(Op::Write(ei, Dir::Resp, Part::Key(k)), &a2);
+                                    next.over.insert(k, w);
+                                }
+                            }
+                            args.push(dict.base);
+                            next.base = t.mk(Op::Write(ei, Dir::Resp, Part::Base), &args);
+                        }
+                        Tgt::Message => {
+                            next.over.clear();
+                            next.base = t.mk(Op::Write(ei, Dir::Resp, Part::Base), &args);
+                            next.status = Some(t.mk(Op::Write(ei, Dir::Resp, Part::Status), &args));
+                        }
+                        Tgt::State(v) => {
+                            let old = env.lookup(In::State(v), t, model, &dict, &mut cur);
+                            args.push(old);
+                            args.push(arrival);
+                            post.push((v, t.mk(Op::StateW(ei, Dir::Resp, v), &args)));
+                        }
+                    }
+                }
+                if a.resp.stops.any() {
+                    let stop = t.mk(Op::RespStop(ei), &rv);
+                    next.base = t.mk(Op::RespStopApply(ei, Part::Base), &[stop, next.base]);
+                    let st = next.status.unwrap_or(rs);
+                    next.status = Some(t.mk(Op::RespStopApply(ei, Part::Status), &[stop, st]));
+                    let keys: Vec<u16> = next.over.keys().copied().collect();
+                    for k in keys {
+                        if model.keys[k as usize].starts_with("f:")
+                            && let Some(v) = next.over.get(&k).copied()
+                        {
+                            let w = t.mk(Op::RespStopApply(ei, Part::Key(k)), &[stop, v]);
+                            next.over.insert(k, w);
+                        }
+                    }
+                }
+                let mut chans = Vec::new();
+                for &c in &r.channels {
+                    let mut args = rv.clone();
+                    args.push(arrival);
+                    chans.push((c, t.mk(Op::Chan(ei, Dir::Resp, c), &args)));
+                }
+                resp[e] = Some(ElemResp {
+                    post,
+                    chans,
+                    inputs,
+                    arrival,
+                });
+                dict = next;
+            }
+            if let Some(x) = er.stop {
+                dict = sel(t, ei, x, &dict);
+            }
+        }
+        // The outputs.
+        let mut outputs = BTreeMap::new();
+        for (e, er) in p.elems.iter().enumerate() {
+            let Some(er) = er else { continue };
+            if let Some(s) = er.stop {
+                outputs.insert(Out::ReqStop(e), s);
+            }
+            for (v, &s) in er.post.iter().enumerate() {
+                outputs.insert(Out::ReqState(e, v as u16), s);
+            }
+            for &(c, r) in &er.chans {
+                outputs.insert(Out::ReqChan(e, c), r);
+            }
+        }
+        for (e, r) in resp.iter().enumerate() {
+            let Some(r) = r else { continue };
+            for &(v, s) in &r.post {
+                outputs.insert(Out::RespState(e, v), s);
+            }
+            for &(c, x) in &r.chans {
+                outputs.insert(Out::RespChan(e, c), x);
+            }
+        }
+        let labels: Vec<TermId> = p
+            .stops
+            .iter()
+            .map(|(e, _)| t.leaf(Op::Label(*e as u16)))
+            .collect();
+        outputs.insert(Out::StopOrder, t.tuple(&labels));
+        outputs.insert(Out::FinalReq, whole(t, &p.dict, model, &model.req_universe));
+        outputs.insert(Out::FinalResp, whole(t, &dict, model, &model.resp_universe));
+        Run {
+            prefix: p,
+            resp,
+            outputs,
+        }
+    }
+}
+
+/// What a response handler's inputs resolve to.
+struct RespEnv<'a> {
+    e: u16,
+    er: &'a ElemReq,
+    drops: TermId,
+    time: TermId,
+    routed: TermId,
+    status0: TermId,
+}
+
+impl RespEnv<'_> {
+    fn lookup(
+        &self,
+        i: In,
+        t: &mut Terms,
+        model: &Model,
+        dict: &Dict,
+        cur: &mut BTreeMap<u16, TermId>,
+    ) -> TermId {
+        match i {
+            In::Key(k) => read(t, model, dict, k),
+            In::Whole => whole(t, dict, model, &model.resp_universe),
+            In::Status => dict.status.unwrap_or(self.status0),
+            In::State(v) => match cur.get(&v) {
+                Some(&s) => s,
+                None => {
+                    let post = self.er.post.get(v as usize).copied().unwrap_or(self.drops);
+                    let s = t.mk(Op::RespPre(self.e, v), &[post, self.drops]);
+                    cur.insert(v, s);
+                    s
+                }
+            },
+            In::Time => self.time,
+            In::Routed => self.routed,
+            In::Meta => self.er.meta.unwrap_or(self.drops),
+        }
+    }
+}
+
+fn sel(t: &mut Terms, e: u16, x: TermId, d: &Dict) -> Dict {
+    let base = t.mk(Op::Sel(e, Part::Base), &[x, d.base]);
+    let over = d
+        .over
+        .iter()
+        .map(|(&k, &v)| (k, t.mk(Op::Sel(e, Part::Key(k)), &[x, v])))
+        .collect();
+    let status = d.status.map(|s| t.mk(Op::Sel(e, Part::Status), &[x, s]));
+    Dict { base, over, status }
+}
+
+/// One key of a message: the term written for it, or a projection of the base together with
+/// any written key it overlaps.
+fn read(t: &mut Terms, m: &Model, d: &Dict, k: u16) -> TermId {
+    let hits: Vec<(u16, TermId)> = m.overlaps[k as usize]
+        .iter()
+        .filter_map(|o| d.over.get(o).map(|v| (*o, *v)))
+        .collect();
+    if let [(only, v)] = hits.as_slice()
+        && *only == k
+    {
+        return *v;
+    }
+    let mut args = vec![d.base];
+    args.extend(hits.iter().map(|h| h.1));
+    t.mk(Op::Proj(k), &args)
+}
+
+/// The whole message: its base, its status, and every key any element writes.
+fn whole(t: &mut Terms, d: &Dict, m: &Model, universe: &[u16]) -> TermId {
+    let mut args = vec![d.base];
+    args.extend(d.status);
+    for &k in universe {
+        args.push(read(t, m, d, k));
+    }
+    t.tuple(&args)
+}
+
+impl Model {
+    fn new(method: String, elems: Vec<ElementAbs>) -> Model {
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        names.insert("h:dst".into());
+        let mut req_written = BTreeSet::new();
+        let mut resp_written = BTreeSet::new();
+        for a in &elems {
+            for (dir, h) in [(0, &a.req), (1, &a.resp)] {
+                for r in &h.reads {
+                    if let Input::Key(k) = r {
+                        names.insert(k.clone());
+                    }
+                }
+                for (tg, deps) in &h.writes {
+                    if let Target::Key(k) = tg {
+                        names.insert(k.clone());
+                        if dir == 0 {
+                            req_written.insert(k.clone());
+                        } else {
+                            resp_written.insert(k.clone());
+                        }
+                    }
+                    for d in deps {
+                        if let Input::Key(k) = d {
+                            names.insert(k.clone());
+                        }
+                    }
+                }
+            }
+            if let Some((_, f, _)) = &a.cipher {
+                names.insert(f.clone());
+            }
+        }
+        let keys: Vec<String> = names.into_iter().collect();
+        let id: HashMap<&str, u16> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i as u16))
+            .collect();
+        let overlaps = keys
+            .iter()
+            .map(|k| {
+                keys.iter()
+                    .enumerate()
+                    .filter(|(_, o)| keys_overlap(k, o))
+                    .map(|(i, _)| i as u16)
+                    .collect()
+            })
+            .collect();
+        let universe = |w: &BTreeSet<String>| -> Vec<u16> {
+            w.iter()
+                .filter_map(|k| id.get(k.as_str()).copied())
+                .collect()
+        };
+        let req_universe = universe(&req_written);
+        let resp_universe = universe(&resp_written);
+        let dst = id.get("h:dst").copied().unwrap_or(0);
+        let resolve_in = |i: &Input| -> In {
+            match i {
+                Input::Key(k) => In::Key(id.get(k.as_str()).copied().unwrap_or(dst)),
+                Input::Status => In::Status,
+                Input::Whole => In::Whole,
+                Input::State(v) => In::State(*v as u16),
+                Input::Time => In::Time,
+                Input::Routed => In::Routed,
+                Input::Meta => In::Meta,
+            }
+        };
+        let res = elems
+            .iter()
+            .map(|a| {
+                [&a.req, &a.resp].map(|h| Resolved {
+                    reads: h.reads.iter().map(|i| (resolve_in(i), i.clone())).collect(),
+                    writes: h
+                        .writes
+                        .iter()
+                        .map(|(tg, deps)| {
+                            let tg = match tg {
+                                Target::Key(k) => {
+                                    Tgt::Key(id.get(k.as_str()).copied().unwrap_or(dst))
+                                }
+                                Target::AnyHeader => Tgt::AnyHeader,
+                                Target::Message => Tgt::Message,
+                                Target::State(v) => Tgt::State(*v as u16),
+                            };
+                            (tg, deps.iter().map(resolve_in).collect())
+                        })
+                        .collect(),
+                    channels: h.channels.iter().map(|c| *c as u16).collect(),
+                })
+            })
+            .collect();
+        let keys_owned = keys.clone();
+        Model {
+            method,
+            elems,
+            keys: keys_owned,
+            overlaps,
+            req_universe,
+            resp_universe,
+            dst,
+            res,
+        }
+    }
+
+    fn key(&self, k: &str) -> Option<u16> {
+        self.keys.iter().position(|x| x == k).map(|i| i as u16)
+    }
+}
+
+fn first_difference(canon: &Run, run: &Run, obs: Observation, layout: &Layout) -> Option<Out> {
+    // A causal order: request-path outputs in the candidate's order, then the stop order and
+    // the request, then response-path outputs from the server up, then the response.
+    let mut keys: Vec<Out> = canon
+        .outputs
+        .keys()
+        .chain(run.outputs.keys())
+        .copied()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let pos = layout.positions();
+    let rank = |o: &Out| -> (u8, usize, Out) {
+        match *o {
+            Out::ReqStop(e) | Out::ReqState(e, _) | Out::ReqChan(e, _) => (0, pos[e], *o),
+            Out::StopOrder => (1, 0, *o),
+            Out::FinalReq => (2, 0, *o),
+            Out::RespState(e, _) | Out::RespChan(e, _) => (3, usize::MAX - pos[e], *o),
+            Out::FinalResp => (4, 0, *o),
+        }
+    };
+    keys.sort_by_key(rank);
+    keys.into_iter()
+        .filter(|k| obs == Observation::Strong || !k.is_channel())
+        .find(|k| canon.outputs.get(k) != run.outputs.get(k))
+}
+
+// ----- explanations ---------------------------------------------------------------------
+
+impl Checker {
+    fn explain(&self, m: usize, run: &Run, out: Out, layout: &Layout) -> String {
+        let x = Explainer {
+            c: self,
+            m,
+            a: &self.canon[m],
+            b: run,
+            la: &self.canonical,
+            lb: layout,
+        };
+        x.output(out)
+    }
+}
+
+struct Explainer<'a> {
+    c: &'a Checker,
+    m: usize,
+    a: &'a Run,
+    b: &'a Run,
+    la: &'a Layout,
+    lb: &'a Layout,
+}
+
+fn key_name(k: &str) -> String {
+    if let Some(f) = k.strip_prefix("f:") {
+        format!("`{f}`")
+    } else if let Some(h) = k.strip_prefix("h:") {
+        format!("header `{h}`")
+    } else {
+        format!("`{k}`")
+    }
+}
+
+impl Explainer<'_> {
+    fn model(&self) -> &Model {
+        &self.c.models[self.m]
+    }
+
+    fn name(&self, e: usize) -> &str {
+        &self.c.names[e]
+    }
+
+    fn elem(&self, e: usize) -> &ElementAbs {
+        &self.model().elems[e]
+    }
+
+    fn var(&self, e: usize, v: u16) -> String {
+        self.elem(e)
+            .vars
+            .get(v as usize)
+            .map_or_else(|| "?".into(), |x| x.name.clone())
+    }
+
+    fn chan(&self, e: usize, c: u16) -> String {
+        if c == NO_CHANNEL_INIT {
+            return "its start-up records".into();
+        }
+        format!(
+            "channel `{}`",
+            self.elem(e)
+                .channels
+                .get(c as usize)
+                .cloned()
+                .unwrap_or_default()
+        )
+    }
+
+    fn before(layout: &Layout, x: usize, y: usize) -> bool {
+        let p = layout.positions();
+        p[x] < p[y]
+    }
+
+    /// "ahead of" / "behind", for moving `e` relative to `m` from layout A to B.
+    fn moving(&self, e: usize, m: usize) -> String {
+        let ahead = Self::before(self.lb, e, m);
+        format!(
+            "moving `{}` {} `{}`",
+            self.name(e),
+            if ahead { "ahead of" } else { "behind" },
+            self.name(m)
+        )
+    }
+
+    fn output(&self, out: Out) -> String {
+        match out {
+            Out::ReqState(e, v) => {
+                let what = format!("its state update of `{}`", self.var(e, v));
+                self.req_cause(e, &what, Some(v))
+            }
+            Out::ReqChan(e, c) => {
+                let what = format!("what it records on {}", self.chan(e, c));
+                self.req_cause(e, &what, None)
+            }
+            Out::ReqStop(e) => {
+                let what = "its decision to stop the request".to_owned();
+                self.req_cause(e, &what, None)
+            }
+            Out::StopOrder => self.stop_order(),
+            Out::FinalReq => self.final_message(false),
+            Out::RespState(e, v) => {
+                let what = format!(
+                    "its state update of `{}` on the response path",
+                    self.var(e, v)
+                );
+                self.resp_cause(e, &what)
+            }
+            Out::RespChan(e, c) => {
+                let what = format!("what it records on {} for responses", self.chan(e, c));
+                self.resp_cause(e, &what)
+            }
+            Out::FinalResp => self.final_message(true),
+        }
+    }
+
+    fn stop_order(&self) -> String {
+        let sa: Vec<usize> = self.a.prefix.stops.iter().map(|(e, _)| *e).collect();
+        let sb: Vec<usize> = self.b.prefix.stops.iter().map(|(e, _)| *e).collect();
+        for &e in &sb {
+            if !sa.contains(&e) {
+                return self.cipher_broken(e);
+            }
+        }
+        for &e in &sa {
+            if !sb.contains(&e) {
+                return self.cipher_broken(e);
+            }
+        }
+        for (i, (&x, &y)) in sa.iter().zip(&sb).enumerate() {
+            if x != y {
+                let _ = i;
+                let (dx, dy) = (
+                    self.elem(x).req.stops.describe(false),
+                    self.elem(y).req.stops.describe(false),
+                );
+                return format!(
+                    "`{}` {dx} and `{}` {dy}; with `{}` first, a request both would stop gets `{}`'s answer instead of `{}`'s (request path)",
+                    self.name(x),
+                    self.name(y),
+                    self.name(y),
+                    self.name(y),
+                    self.name(x)
+                );
+            }
+        }
+        "the elements that can stop a request differ".into()
+    }
+
+    fn cipher_broken(&self, d: usize) -> String {
+        let field = self
+            .elem(d)
+            .cipher
+            .as_ref()
+            .map(|(_, f, _)| key_name(f))
+            .unwrap_or_else(|| "its field".into());
+        let (undid, layout) = match &self.a.prefix.elems[d] {
+            Some(x) if x.undid_cipher => (true, self.lb),
+            _ => (false, self.la),
+        };
+        let pos = layout.positions();
+        let enc = self
+            .model()
+            .elems
+            .iter()
+            .position(|x| matches!(&x.cipher, Some((Cipher::Encrypt, f, _)) if Some(f) == self.elem(d).cipher.as_ref().map(|c| &c.1)));
+        let between: Vec<&str> = (0..self.c.names.len())
+            .filter(|&x| {
+                enc.is_some_and(|en| pos[en] < pos[x] && pos[x] < pos[d])
+                    && self
+                        .elem(x)
+                        .req
+                        .writes_key(self.elem(d).cipher.as_ref().map_or("", |c| c.1.as_str()))
+            })
+            .map(|x| self.name(x))
+            .collect();
+        let who = if between.is_empty() {
+            "something".to_owned()
+        } else {
+            format!("`{}`", between.join("`, `"))
+        };
+        let layout_word = if undid {
+            "the new order"
+        } else {
+            "the configured chain"
+        };
+        format!(
+            "`{}` decrypts {field}, and in {layout_word} {who} writes {field} between the encryption and `{}`: nothing that reads or writes a paired field may change its position relative to the pair",
+            self.name(d),
+            self.name(d)
+        )
+    }
+
+    fn writers_before(&self, layout: &Layout, run: &Run, e: usize, key: &str) -> Vec<usize> {
+        let pos = layout.positions();
+        let mut w: Vec<usize> = (0..self.c.names.len())
+            .filter(|&x| x != e && pos[x] < pos[e] && self.elem(x).req.writes_key(key))
+            .filter(|&x| !run.prefix.elems[x].as_ref().is_some_and(|r| r.undid_cipher))
+            .collect();
+        w.sort_by_key(|&x| pos[x]);
+        w
+    }
+
+    fn stoppers_before(&self, run: &Run, e: usize, inclusive: bool) -> Vec<usize> {
+        let Some(er) = &run.prefix.elems[e] else {
+            return Vec::new();
+        };
+        let n = er.stops_before + usize::from(inclusive && er.stop.is_some());
+        run.prefix.stops[..n].iter().map(|(x, _)| *x).collect()
+    }
+
+    fn req_cause(&self, e: usize, what: &str, var: Option<u16>) -> String {
+        let (Some(ra), Some(rb)) = (&self.a.prefix.elems[e], &self.b.prefix.elems[e]) else {
+            return format!("`{}`: {what} differs", self.name(e));
+        };
+        let n = self.name(e);
+        // The instance: side, or the routed replica on the server side.
+        if ra.key != rb.key && self.elem(e).keyed() {
+            return self.instance_cause(e, ra.side, rb.side, what);
+        }
+        for ((inp, ta), (_, tb)) in ra.inputs.iter().zip(&rb.inputs) {
+            if ta == tb {
+                continue;
+            }
+            if let Some(s) = self.input_cause(e, inp, false, what) {
+                return s;
+            }
+        }
+        // What it reads is the same; only which requests reach it differs.
+        if ra.arrival != rb.arrival {
+            let sa = self.stoppers_before(self.a, e, false);
+            let sb = self.stoppers_before(self.b, e, false);
+            let v = var
+                .map(|v| format!("updates its state `{}`", self.var(e, v)))
+                .unwrap_or_else(|| "acts".into());
+            if let Some(&m) = sb.iter().find(|x| !sa.contains(x)) {
+                return format!(
+                    "`{n}` {v} for every request that reaches it, and `{m}` {}; behind `{m}` it no longer sees the requests `{m}` stops, so {} changes {what} (request path)",
+                    self.elem(m).req.stops.describe(false),
+                    self.moving(e, m),
+                    m = self.name(m)
+                );
+            }
+            if let Some(&m) = sa.iter().find(|x| !sb.contains(x)) {
+                return format!(
+                    "`{n}` {v} for every request that reaches it, and `{m}` {}; ahead of `{m}` it also sees the requests `{m}` stops, so {} changes {what} (request path)",
+                    self.elem(m).req.stops.describe(false),
+                    self.moving(e, m),
+                    m = self.name(m)
+                );
+            }
+            return format!(
+                "`{n}` {v} only for requests that reach it, and the elements that can stop a request before it come in a different order, which changes {what}"
+            );
+        }
+        format!("{what} of `{n}` differs (request path)")
+    }
+
+    fn instance_cause(&self, e: usize, sa: Side, sb: Side, what: &str) -> String {
+        let a = self.elem(e);
+        let why = a
+            .vars
+            .iter()
+            .find(|v| v.keyed || v.creation)
+            .map(|v| {
+                if v.random_stream {
+                    "draws from its own random stream".to_owned()
+                } else if v.creation && !v.keyed {
+                    format!(
+                        "re-initialises its shared state `{}` whenever a new instance starts",
+                        v.name
+                    )
+                } else {
+                    match v.consistency {
+                        weft_hostcalls::state::Consistency::Weak => {
+                            format!("keeps a weak replica of `{}` per instance", v.name)
+                        }
+                        _ => format!("keeps local state `{}` per instance", v.name),
+                    }
+                }
+            })
+            .unwrap_or_else(|| "records when an instance starts".into());
+        let n = self.name(e);
+        if sa != sb {
+            let side = |s: Side| match s {
+                Side::Client => "client",
+                Side::Server => "server",
+            };
+            return format!(
+                "`{n}` {why}; on the client side there is one instance per calling replica, on the server side one per server replica, so moving it to the {} side changes which requests share an instance, and so {what}",
+                side(sb)
+            );
+        }
+        let pos_b = self.lb.positions();
+        let pos_a = self.la.positions();
+        let routers: Vec<usize> = (0..self.c.names.len())
+            .filter(|&x| self.elem(x).req.writes_key("h:dst"))
+            .filter(|&x| (pos_a[x] < pos_a[e]) != (pos_b[x] < pos_b[e]))
+            .collect();
+        match routers.first() {
+            Some(&r) => format!(
+                "`{n}` {why}; on the server side its instance is the replica in the `dst` header, which `{}` writes, so {} changes which instance handles a request, and so {what}",
+                self.name(r),
+                self.moving(e, r)
+            ),
+            None => {
+                format!("`{n}` {why}, and it would run in a different instance: {what} differs")
+            }
+        }
+    }
+
+    fn input_cause(&self, e: usize, inp: &Input, resp: bool, what: &str) -> Option<String> {
+        let n = self.name(e);
+        match inp {
+            Input::Key(k) if !resp => {
+                let wa = self.writers_before(self.la, self.a, e, k);
+                let wb = self.writers_before(self.lb, self.b, e, k);
+                if let Some(&m) = wa.iter().find(|x| !wb.contains(x)) {
+                    return Some(format!(
+                        "`{n}` reads {}, which `{}` writes; {} changes what it reads, and so {what} (request path)",
+                        key_name(k),
+                        self.name(m),
+                        self.moving(e, m)
+                    ));
+                }
+                if let Some(&m) = wb.iter().find(|x| !wa.contains(x)) {
+                    return Some(format!(
+                        "`{n}` reads {}, which `{}` writes; {} changes what it reads, and so {what} (request path)",
+                        key_name(k),
+                        self.name(m),
+                        self.moving(e, m)
+                    ));
+                }
+                if wa != wb && wa.len() >= 2 {
+                    return Some(format!(
+                        "`{}` and `{}` both write {} before `{n}` reads it, in a different order, which changes {what} (request path)",
+                        self.name(wa[0]),
+                        self.name(wa[1]),
+                        key_name(k)
+                    ));
+                }
+                // Same writers in the same order: one of them computed something else.
+                let last = wa.last().copied()?;
+                let inner =
+                    self.req_cause(last, &format!("what it writes into {}", key_name(k)), None);
+                Some(format!(
+                    "`{n}` reads {} as `{}` leaves it, and {inner}",
+                    key_name(k),
+                    self.name(last)
+                ))
+            }
+            Input::Whole if !resp => {
+                let keys: Vec<String> = self.model().keys.clone();
+                for k in keys {
+                    let wa = self.writers_before(self.la, self.a, e, &k);
+                    let wb = self.writers_before(self.lb, self.b, e, &k);
+                    if let Some(&m) = wa
+                        .iter()
+                        .chain(&wb)
+                        .find(|x| wa.contains(x) != wb.contains(x))
+                    {
+                        return Some(format!(
+                            "`{n}` reads the whole request, and `{}` writes {}; {} changes {what} (request path)",
+                            self.name(m),
+                            key_name(&k),
+                            self.moving(e, m)
+                        ));
+                    }
+                }
+                None
+            }
+            Input::State(_) => None,
+            Input::Key(_) | Input::Whole | Input::Status => {
+                let key = match inp {
+                    Input::Key(k) => k.clone(),
+                    Input::Status => "status".into(),
+                    _ => String::new(),
+                };
+                let label = match inp {
+                    Input::Key(k) => format!("the response's {}", key_name(k)),
+                    Input::Status => "the response's status".into(),
+                    _ => "the whole response".into(),
+                };
+                let below = |layout: &Layout, run: &Run| -> Vec<usize> {
+                    let pos = layout.positions();
+                    (0..self.c.names.len())
+                        .filter(|&x| pos[x] > pos[e])
+                        .filter(|&x| {
+                            let r = run.prefix.elems[x].as_ref();
+                            r.is_some_and(|r| r.stop.is_some())
+                                || (!r.is_some_and(|r| r.undid_cipher)
+                                    && (self.elem(x).resp.stops.any()
+                                        || key.is_empty()
+                                        || self.elem(x).resp.writes_key(&key)))
+                        })
+                        .collect()
+                };
+                let ba = below(self.la, self.a);
+                let bb = below(self.lb, self.b);
+                let m = ba
+                    .iter()
+                    .chain(&bb)
+                    .copied()
+                    .find(|x| ba.contains(x) != bb.contains(x))?;
+                let how = if self.elem(m).req.stops.any() {
+                    format!(
+                        "`{}` {}, and its answer travels up through the elements ahead of it",
+                        self.name(m),
+                        self.elem(m).req.stops.describe(false)
+                    )
+                } else {
+                    format!("`{}` changes it on the way back", self.name(m))
+                };
+                Some(format!(
+                    "`{n}` reads {label} on the way back; {how}, so {} changes what `{n}` sees, and so {what} (response path)",
+                    self.moving(e, m)
+                ))
+            }
+            Input::Meta => {
+                let (Some(ra), Some(rb)) = (&self.a.prefix.elems[e], &self.b.prefix.elems[e])
+                else {
+                    return None;
+                };
+                for ((inp, ta), (_, tb)) in ra.inputs.iter().zip(&rb.inputs) {
+                    if ta != tb
+                        && let Some(s) =
+                            self.input_cause(e, inp, false, "what it keeps for the response")
+                    {
+                        return Some(format!("{s}; the response path then {what}"));
+                    }
+                }
+                None
+            }
+            Input::Time | Input::Routed => Some(format!(
+                "`{n}`'s response handler reads {} , which depends on whether the request reached the server: {}",
+                if matches!(inp, Input::Time) {
+                    "the time"
+                } else {
+                    "where the request was routed"
+                },
+                self.stop_order()
+            )),
+        }
+    }
+
+    fn resp_cause(&self, e: usize, what: &str) -> String {
+        let n = self.name(e);
+        let (Some(ra), Some(rb)) = (&self.a.resp[e], &self.b.resp[e]) else {
+            return format!("`{n}`: {what} differs");
+        };
+        if let (Some(qa), Some(qb)) = (&self.a.prefix.elems[e], &self.b.prefix.elems[e])
+            && qa.key != qb.key
+            && self.elem(e).keyed()
+        {
+            return self.instance_cause(e, qa.side, qb.side, what);
+        }
+        for ((inp, ta), (_, tb)) in ra.inputs.iter().zip(&rb.inputs) {
+            if ta == tb {
+                continue;
+            }
+            if let Some(s) = self.input_cause(e, inp, true, what) {
+                return s;
+            }
+        }
+        if ra.arrival != rb.arrival {
+            let sa = self.stoppers_before(self.a, e, true);
+            let sb = self.stoppers_before(self.b, e, true);
+            if let Some(&m) = sa
+                .iter()
+                .chain(&sb)
+                .find(|x| sa.contains(x) != sb.contains(x))
+            {
+                return format!(
+                    "`{n}`'s response handler runs only for requests it forwarded, and `{}` {}; {} changes which responses it sees, and so {what}",
+                    self.name(m),
+                    self.elem(m).req.stops.describe(false),
+                    self.moving(e, m)
+                );
+            }
+        }
+        // State it reads on the way back came from its request handler.
+        self.req_cause(e, what, None)
+    }
+
+    fn final_message(&self, resp: bool) -> String {
+        let pos_a = self.la.positions();
+        let pos_b = self.lb.positions();
+        let keys = self.model().keys.clone();
+        for k in &keys {
+            let writers = |pos: &[usize], run: &Run| -> Vec<usize> {
+                let mut w: Vec<usize> = (0..self.c.names.len())
+                    .filter(|&x| {
+                        let h = self.elem(x).handler(resp);
+                        h.writes_key(k)
+                            && !run.prefix.elems[x].as_ref().is_some_and(|r| r.undid_cipher)
+                    })
+                    .collect();
+                w.sort_by_key(|&x| pos[x]);
+                w
+            };
+            let wa = writers(&pos_a, self.a);
+            let wb = writers(&pos_b, self.b);
+            if wa != wb && wa.len() >= 2 {
+                return format!(
+                    "`{}` and `{}` both write {} on the {} path, and the new order swaps them: the {} sees a different value",
+                    self.name(wa[0]),
+                    self.name(wa[1]),
+                    key_name(k),
+                    if resp { "response" } else { "request" },
+                    if resp { "client" } else { "server" }
+                );
+            }
+            if let Some(&last) = wa.last() {
+                let (ta, tb) = if resp {
+                    (
+                        self.a.resp[last].as_ref().map(|r| &r.inputs),
+                        self.b.resp[last].as_ref().map(|r| &r.inputs),
+                    )
+                } else {
+                    (
+                        self.a.prefix.elems[last].as_ref().map(|r| &r.inputs),
+                        self.b.prefix.elems[last].as_ref().map(|r| &r.inputs),
+                    )
+                };
+                if ta != tb {
+                    let what = format!("what it writes into {}", key_name(k));
+                    let inner = if resp {
+                        self.resp_cause(last, &what)
+                    } else {
+                        self.req_cause(last, &what, None)
+                    };
+                    return format!(
+                        "the {} sees {} as `{}` writes it last: {inner}",
+                        if resp { "client" } else { "server" },
+                        key_name(k),
+                        self.name(last)
+                    );
+                }
+            }
+        }
+        if resp {
+            // The response also depends on which element stops a request.
+            for &(x, _) in &self.b.prefix.stops {
+                let below = |pos: &[usize]| -> Vec<usize> {
+                    (0..self.c.names.len())
+                        .filter(|&y| pos[y] < pos[x] && self.elem(y).resp.active())
+                        .collect()
+                };
+                let (ba, bb) = (below(&pos_a), below(&pos_b));
+                if let Some(&y) = ba
+                    .iter()
+                    .chain(&bb)
+                    .find(|y| ba.contains(y) != bb.contains(y))
+                {
+                    return format!(
+                        "`{}` {}, and its answer travels up through the response handlers of the elements ahead of it; {} changes whether `{}`'s response handler sees that answer (response path)",
+                        self.name(x),
+                        self.elem(x).req.stops.describe(false),
+                        self.moving(y, x),
+                        self.name(y)
+                    );
+                }
+            }
+        }
+        format!(
+            "the {} as the {} sees it differs",
+            if resp { "response" } else { "request" },
+            if resp { "client" } else { "server" }
+        )
+    }
+}
