@@ -38,6 +38,7 @@
 //! channel record (strong only), and the response as the client sees it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 use crate::abstraction::{Cipher, ElementAbs, Input, Target, abstract_element, keys_overlap};
 use crate::config::{Observation, Side};
@@ -106,6 +107,106 @@ pub(crate) struct Model {
     dst: u16,
     /// Per element: request and response handler.
     res: Vec<[Resolved; 2]>,
+    /// Pairs whose order on the response path can change its terms, by consistency
+    /// (strong, weak); see [`resp_conflicts`].
+    resp_conflict: [Vec<Vec<bool>>; 2],
+}
+
+/// What an element does to the response on its way back, for [`resp_conflicts`].
+struct RespUse {
+    /// Rewrites every part (may stop the request: its answer replaces the response; turns
+    /// the response into an error; replaces the message or a computed header).
+    all: bool,
+    /// Keys it writes.
+    writes: Vec<String>,
+    /// Reads anything, or these keys (`None`: everything).
+    reads: Option<Vec<String>>,
+    /// Its response-path outputs depend on which requests reach it (state, records).
+    arrival_sensitive: bool,
+    stops: bool,
+}
+
+/// Two elements conflict on the response path when one changes a part of the response the
+/// other reads or writes, or one may stop requests and the other's response-path state or
+/// records count the requests that reach it. Elements that do not conflict produce the
+/// same terms in either order (neither's terms mention the other's), which lets the exact
+/// search memoise prefixes up to reordering them.
+fn resp_conflicts(elems: &[ElementAbs], obs: Observation) -> Vec<Vec<bool>> {
+    let uses: Vec<RespUse> = elems
+        .iter()
+        .map(|a| {
+            let h = &a.resp;
+            let stops = a.req.stops.any() || a.req.reorders;
+            let all = stops
+                || h.stops.any()
+                || h.writes
+                    .iter()
+                    .any(|(t, _)| matches!(t, Target::AnyHeader | Target::Message));
+            let writes = h
+                .writes
+                .iter()
+                .filter_map(|(t, _)| match t {
+                    Target::Key(k) => Some(k.clone()),
+                    _ => None,
+                })
+                .collect();
+            let whole = h
+                .reads
+                .iter()
+                .chain(h.writes.iter().flat_map(|(_, d)| d.iter()))
+                .any(|i| {
+                    matches!(
+                        i,
+                        Input::Whole | Input::Status | Input::Time | Input::Routed
+                    )
+                });
+            let reads = (!whole).then(|| {
+                h.reads
+                    .iter()
+                    .chain(h.writes.iter().flat_map(|(_, d)| d.iter()))
+                    .filter_map(|i| match i {
+                        Input::Key(k) => Some(k.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            });
+            let arrival_sensitive = h.writes.iter().any(|(t, _)| matches!(t, Target::State(_)))
+                || (obs == Observation::Strong && !h.channels.is_empty());
+            RespUse {
+                all,
+                writes,
+                reads,
+                arrival_sensitive,
+                stops,
+            }
+        })
+        .collect();
+    let touches = |u: &RespUse, key: &str| -> bool {
+        u.all
+            || u.writes.iter().any(|w| keys_overlap(w, key))
+            || u.reads
+                .as_ref()
+                .is_none_or(|r| r.iter().any(|x| keys_overlap(x, key)))
+    };
+    let accesses_anything = |u: &RespUse| -> bool {
+        u.all || !u.writes.is_empty() || u.reads.as_ref().is_none_or(|r| !r.is_empty())
+    };
+    let affects = |x: &RespUse, y: &RespUse| -> bool {
+        (x.all && accesses_anything(y)) || x.writes.iter().any(|k| touches(y, k))
+    };
+    let n = elems.len();
+    let mut c = vec![vec![false; n]; n];
+    for a in 0..n {
+        for b in 0..n {
+            let (x, y) = (&uses[a], &uses[b]);
+            c[a][b] = a != b
+                && (affects(x, y)
+                    || affects(y, x)
+                    || (x.stops && y.arrival_sensitive)
+                    || (y.stops && x.arrival_sensitive));
+        }
+    }
+    c
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -123,7 +224,10 @@ struct ElemReq {
     key: TermId,
     /// How many stop terms came before it.
     stops_before: usize,
+    /// The stops before it, as a list term.
     arrival: TermId,
+    /// The same list with its own stop: what its response handler depends on.
+    arrival_after: TermId,
     stop: Option<TermId>,
     /// State after its request handler, per variable.
     post: Vec<TermId>,
@@ -148,7 +252,9 @@ struct ElemResp {
 pub(crate) struct Prefix {
     dict: Dict,
     stops: Vec<(usize, TermId)>,
-    elems: Vec<Option<ElemReq>>,
+    /// `stops` as a list term.
+    arrival: TermId,
+    elems: Vec<Option<Rc<ElemReq>>>,
     /// Encrypt outputs: (the field's term after encrypt, before encrypt).
     cipher_out: Vec<Option<(TermId, TermId)>>,
     order: Vec<usize>,
@@ -208,6 +314,10 @@ pub struct Checker {
     canon: Vec<Run>,
     /// Terms of the canonical runs end here; everything after is scratch.
     mark: usize,
+    /// Pairs whose relative order no equivalent layout changes, by consistency.
+    fixed: [Vec<Vec<bool>>; 2],
+    /// Keep what each element read, for explanations (off in searches).
+    record: bool,
 }
 
 const NO_CHANNEL_INIT: u16 = u16::MAX;
@@ -259,16 +369,115 @@ impl Checker {
             terms: Terms::new(),
             canon: Vec::new(),
             mark: 0,
+            fixed: [Vec::new(), Vec::new()],
+            record: true,
         };
+        c.fixed = [
+            c.compute_fixed(Observation::Strong),
+            c.compute_fixed(Observation::Weak),
+        ];
         let layout = c.canonical.clone();
         let runs: Vec<Run> = (0..c.models.len()).map(|m| c.run(m, &layout)).collect();
         c.canon = runs;
         c.mark = c.terms.checkpoint();
+        c.record = false;
         c
     }
 
     pub fn edge(&self) -> &str {
         &self.edge
+    }
+
+    /// Whether every equivalent layout keeps `a` and `b` in their configured relative order:
+    /// both may stop a request (the client would get the other's answer), or one may stop
+    /// requests and the other updates state or (under strong consistency) writes records for
+    /// every request that reaches it, or both write one field or header. A necessary
+    /// condition only — the searches use it to skip candidates the checker would reject
+    /// anyway.
+    pub fn keeps_order(&self, a: usize, b: usize, obs: Observation) -> bool {
+        self.fixed[usize::from(obs == Observation::Weak)][a][b]
+    }
+
+    fn compute_fixed(&self, obs: Observation) -> Vec<Vec<bool>> {
+        let n = self.names.len();
+        let mut fixed = vec![vec![false; n]; n];
+        for m in &self.models {
+            let stopper = |e: usize| {
+                let a = &m.elems[e];
+                (a.req.stops.any() || a.req.reorders)
+                    && !matches!(a.cipher, Some((Cipher::Decrypt, _, _)))
+            };
+            let sensitive = |e: usize| {
+                let a = &m.elems[e];
+                let strong = obs == Observation::Strong;
+                a.req
+                    .writes
+                    .iter()
+                    .any(|(t, _)| matches!(t, Target::State(_)))
+                    || a.resp
+                        .writes
+                        .iter()
+                        .any(|(t, _)| matches!(t, Target::State(_)))
+                    || a.vars.iter().any(|v| v.creation)
+                    || (strong
+                        && (a.creation_records
+                            || !a.req.channels.is_empty()
+                            || !a.resp.channels.is_empty()))
+            };
+            // Two elements writing one key: the final message nests every write in order
+            // (each write takes the old value as an argument), unless something replaces
+            // the whole message in between, or encrypt/decrypt cancel.
+            let keys_written = |e: usize, resp: bool| -> Vec<String> {
+                let a = &m.elems[e];
+                if a.cipher.is_some() {
+                    return Vec::new();
+                }
+                a.handler(resp)
+                    .writes
+                    .iter()
+                    .filter_map(|(t, _)| match t {
+                        Target::Key(k) => Some(k.clone()),
+                        Target::AnyHeader => Some("h:*".into()),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let overlap = |a: &str, b: &str| {
+                keys_overlap(a, b)
+                    || (a == "h:*" && b.starts_with("h:"))
+                    || (b == "h:*" && a.starts_with("h:"))
+            };
+            let replaced = |resp: bool| {
+                m.elems.iter().any(|a| {
+                    a.handler(resp)
+                        .writes
+                        .iter()
+                        .any(|(t, _)| matches!(t, Target::Message))
+                })
+            };
+            let (rq, rs) = (replaced(false), replaced(true));
+            for (x, row) in fixed.iter_mut().enumerate() {
+                for (y, cell) in row.iter_mut().enumerate() {
+                    if x == y {
+                        continue;
+                    }
+                    let same_key = |resp: bool| {
+                        keys_written(x, resp)
+                            .iter()
+                            .any(|a| keys_written(y, resp).iter().any(|b| overlap(a, b)))
+                    };
+                    if (stopper(x) && stopper(y))
+                        || (stopper(x) && sensitive(y))
+                        || (sensitive(x) && stopper(y))
+                        || (!rq && same_key(false))
+                        || (!rs && same_key(true))
+                    {
+                        *cell = true;
+                    }
+                }
+            }
+        }
+        fixed
     }
 
     pub fn names(&self) -> &[String] {
@@ -307,6 +516,7 @@ impl Checker {
             };
         }
         let mark = self.terms.checkpoint();
+        self.record = true;
         let mut verdict = Verdict {
             equivalent: true,
             strongly: true,
@@ -363,6 +573,7 @@ impl Checker {
             };
         }
         self.terms.rollback(mark);
+        self.record = false;
         verdict
     }
 
@@ -425,17 +636,30 @@ impl Checker {
             if prefix.order.len() != self.names.len() {
                 return false;
             }
-            let run = self.complete(m, prefix.clone());
-            let layout = Layout {
-                order: prefix.order.clone(),
-                sides: prefix
-                    .elems
-                    .iter()
-                    .map(|e| e.as_ref().map_or(Side::Client, |x| x.side))
-                    .collect(),
-            };
-            if first_difference(&self.canon[m], &run, obs, &layout).is_some() {
+            // The request path was compared element by element as it was built; what
+            // remains is the stop order, the two messages and the response path.
+            let canon = &self.canon[m];
+            let stops_a = canon.prefix.stops.iter().map(|(e, _)| *e);
+            if !stops_a.eq(prefix.stops.iter().map(|(e, _)| *e)) {
                 return false;
+            }
+            let (resp, final_req, final_resp) = self.resp_pass(m, prefix);
+            let canon = &self.canon[m];
+            if canon.outputs.get(&Out::FinalReq) != Some(&final_req)
+                || canon.outputs.get(&Out::FinalResp) != Some(&final_resp)
+            {
+                return false;
+            }
+            for (got, want) in resp.iter().zip(&canon.resp) {
+                match (got, want) {
+                    (None, None) => {}
+                    (Some(g), Some(w)) => {
+                        if g.post != w.post || (obs == Observation::Strong && g.chans != w.chans) {
+                            return false;
+                        }
+                    }
+                    _ => return false,
+                }
             }
         }
         true
@@ -457,6 +681,7 @@ impl Checker {
             fp.push(u32::MAX);
             fp.extend(prefix.stops.iter().map(|(_, t)| *t));
             fp.push(u32::MAX);
+            let mut relevant: Vec<usize> = Vec::new();
             for &e in &prefix.order {
                 let a = &model.elems[e];
                 let resp_matters = match obs {
@@ -467,6 +692,24 @@ impl Checker {
                 };
                 let Some(er) = &prefix.elems[e] else { continue };
                 if resp_matters || er.stop.is_some() {
+                    relevant.push(e);
+                }
+            }
+            // Up to swapping neighbours that do not conflict on the response path: the
+            // smallest-index-first linearisation of the prefix's conflict order (a trace's
+            // normal form), so equivalent prefixes share one memo entry.
+            let conflict = &model.resp_conflict[usize::from(obs == Observation::Weak)];
+            while !relevant.is_empty() {
+                let mut pick = None;
+                for (i, &x) in relevant.iter().enumerate() {
+                    let free = relevant[..i].iter().all(|&y| !conflict[x][y]);
+                    if free && pick.is_none_or(|(_, p)| x < p) {
+                        pick = Some((i, x));
+                    }
+                }
+                let Some((i, e)) = pick else { break };
+                relevant.remove(i);
+                if let Some(er) = &prefix.elems[e] {
                     fp.push(e as u32);
                     fp.push(er.meta.unwrap_or(u32::MAX));
                     fp.push(er.stop.unwrap_or(u32::MAX));
@@ -480,6 +723,7 @@ impl Checker {
     fn empty_prefix(&mut self, _m: usize) -> Prefix {
         let n = self.names.len();
         let base = self.terms.leaf(Op::ReqBase);
+        let nil = self.terms.leaf(Op::Nil);
         Prefix {
             dict: Dict {
                 base,
@@ -487,6 +731,7 @@ impl Checker {
                 status: None,
             },
             stops: Vec::new(),
+            arrival: nil,
             elems: vec![None; n],
             cipher_out: vec![None; n],
             order: Vec::new(),
@@ -512,8 +757,7 @@ impl Checker {
             Side::Client => t.leaf(Op::Src),
             Side::Server => read(t, model, &p.dict, model.dst),
         };
-        let stop_terms: Vec<TermId> = p.stops.iter().map(|(_, s)| *s).collect();
-        let arrival = t.tuple(&stop_terms);
+        let arrival = p.arrival;
         // State before the handler, then what an instance starting re-does.
         let mut cur: Vec<TermId> = Vec::with_capacity(a.vars.len());
         for (v, var) in a.vars.iter().enumerate() {
@@ -550,19 +794,20 @@ impl Checker {
             });
             if let Some(input) = undo {
                 p.dict.over.insert(k, input);
-                p.elems[e] = Some(ElemReq {
+                p.elems[e] = Some(Rc::new(ElemReq {
                     pos: p.order.len(),
                     side,
                     key,
                     stops_before: p.stops.len(),
                     arrival,
+                    arrival_after: arrival,
                     stop: None,
                     post: cur,
                     chans,
                     meta: None,
                     inputs: vec![(Input::Key(fkey.clone()), current)],
                     undid_cipher: true,
-                });
+                }));
                 p.order.push(e);
                 return;
             }
@@ -578,7 +823,9 @@ impl Checker {
                 // A request has no status; time, routing and scratch are not request inputs.
                 In::Status | In::Time | In::Routed | In::Meta => continue,
             };
-            inputs.push((orig.clone(), term));
+            if self.record {
+                inputs.push((orig.clone(), term));
+            }
             rv.push(term);
         }
         let lookup = |i: In, t: &mut Terms| -> Option<TermId> {
@@ -657,31 +904,74 @@ impl Checker {
         let stops_before = p.stops.len();
         if let Some(s) = stop {
             p.stops.push((e, s));
+            p.arrival = t.mk(Op::Cons, &[p.arrival, s]);
         }
-        p.elems[e] = Some(ElemReq {
+        p.elems[e] = Some(Rc::new(ElemReq {
             pos: p.order.len(),
             side,
             key,
             stops_before,
             arrival,
+            arrival_after: p.arrival,
             stop,
             post,
             chans,
             meta,
             inputs,
             undid_cipher: false,
-        });
+        }));
         p.order.push(e);
     }
 
     // ----- the response pass ------------------------------------------------------------
 
     fn complete(&mut self, m: usize, p: Prefix) -> Run {
+        let (resp, final_req, final_resp) = self.resp_pass(m, &p);
+        let t = &mut self.terms;
+        let mut outputs = BTreeMap::new();
+        for (e, er) in p.elems.iter().enumerate() {
+            let Some(er) = er else { continue };
+            if let Some(s) = er.stop {
+                outputs.insert(Out::ReqStop(e), s);
+            }
+            for (v, &s) in er.post.iter().enumerate() {
+                outputs.insert(Out::ReqState(e, v as u16), s);
+            }
+            for &(c, r) in &er.chans {
+                outputs.insert(Out::ReqChan(e, c), r);
+            }
+        }
+        for (e, r) in resp.iter().enumerate() {
+            let Some(r) = r else { continue };
+            for &(v, s) in &r.post {
+                outputs.insert(Out::RespState(e, v), s);
+            }
+            for &(c, x) in &r.chans {
+                outputs.insert(Out::RespChan(e, c), x);
+            }
+        }
+        let labels: Vec<TermId> = p
+            .stops
+            .iter()
+            .map(|(e, _)| t.leaf(Op::Label(*e as u16)))
+            .collect();
+        outputs.insert(Out::StopOrder, t.tuple(&labels));
+        outputs.insert(Out::FinalReq, final_req);
+        outputs.insert(Out::FinalResp, final_resp);
+        Run {
+            prefix: p,
+            resp,
+            outputs,
+        }
+    }
+
+    /// The response pass: each element's response-path record, the request as the server
+    /// sees it and the response as the client sees it.
+    fn resp_pass(&mut self, m: usize, p: &Prefix) -> (Vec<Option<ElemResp>>, TermId, TermId) {
         let model = &self.models[m];
         let t = &mut self.terms;
         let n = model.elems.len();
-        let stop_terms: Vec<TermId> = p.stops.iter().map(|(_, s)| *s).collect();
-        let drops = t.tuple(&stop_terms);
+        let drops = p.arrival;
         let final_dst = read(t, model, &p.dict, model.dst);
         let routed = t.mk(Op::Routed, &[drops, final_dst]);
         let time = t.mk(Op::RespTime, &[drops]);
@@ -699,9 +989,7 @@ impl Checker {
             let ei = e as u16;
             if a.resp.active() && !er.undid_cipher {
                 let r = &model.res[e][1];
-                let mut own: Vec<TermId> = stop_terms[..er.stops_before].to_vec();
-                own.extend(er.stop);
-                let arrival = t.tuple(&own);
+                let arrival = er.arrival_after;
                 let mut cur: BTreeMap<u16, TermId> = BTreeMap::new();
                 let env = RespEnv {
                     e: ei,
@@ -715,7 +1003,9 @@ impl Checker {
                 let mut rv = Vec::new();
                 for (inp, orig) in &r.reads {
                     let term = env.lookup(*inp, t, model, &dict, &mut cur);
-                    inputs.push((orig.clone(), term));
+                    if self.record {
+                        inputs.push((orig.clone(), term));
+                    }
                     rv.push(term);
                 }
                 let mut next = dict.clone();
@@ -786,45 +1076,12 @@ impl Checker {
                 dict = next;
             }
             if let Some(x) = er.stop {
-                dict = sel(t, ei, x, &dict);
+                sel(t, ei, x, &mut dict);
             }
         }
-        // The outputs.
-        let mut outputs = BTreeMap::new();
-        for (e, er) in p.elems.iter().enumerate() {
-            let Some(er) = er else { continue };
-            if let Some(s) = er.stop {
-                outputs.insert(Out::ReqStop(e), s);
-            }
-            for (v, &s) in er.post.iter().enumerate() {
-                outputs.insert(Out::ReqState(e, v as u16), s);
-            }
-            for &(c, r) in &er.chans {
-                outputs.insert(Out::ReqChan(e, c), r);
-            }
-        }
-        for (e, r) in resp.iter().enumerate() {
-            let Some(r) = r else { continue };
-            for &(v, s) in &r.post {
-                outputs.insert(Out::RespState(e, v), s);
-            }
-            for &(c, x) in &r.chans {
-                outputs.insert(Out::RespChan(e, c), x);
-            }
-        }
-        let labels: Vec<TermId> = p
-            .stops
-            .iter()
-            .map(|(e, _)| t.leaf(Op::Label(*e as u16)))
-            .collect();
-        outputs.insert(Out::StopOrder, t.tuple(&labels));
-        outputs.insert(Out::FinalReq, whole(t, &p.dict, model, &model.req_universe));
-        outputs.insert(Out::FinalResp, whole(t, &dict, model, &model.resp_universe));
-        Run {
-            prefix: p,
-            resp,
-            outputs,
-        }
+        let final_req = whole(t, &p.dict, model, &model.req_universe);
+        let final_resp = whole(t, &dict, model, &model.resp_universe);
+        (resp, final_req, final_resp)
     }
 }
 
@@ -867,20 +1124,27 @@ impl RespEnv<'_> {
     }
 }
 
-fn sel(t: &mut Terms, e: u16, x: TermId, d: &Dict) -> Dict {
-    let base = t.mk(Op::Sel(e, Part::Base), &[x, d.base]);
-    let over = d
-        .over
-        .iter()
-        .map(|(&k, &v)| (k, t.mk(Op::Sel(e, Part::Key(k)), &[x, v])))
-        .collect();
-    let status = d.status.map(|s| t.mk(Op::Sel(e, Part::Status), &[x, s]));
-    Dict { base, over, status }
+fn sel(t: &mut Terms, e: u16, x: TermId, d: &mut Dict) {
+    d.base = t.mk(Op::Sel(e, Part::Base), &[x, d.base]);
+    for (&k, v) in d.over.iter_mut() {
+        *v = t.mk(Op::Sel(e, Part::Key(k)), &[x, *v]);
+    }
+    if let Some(s) = d.status {
+        d.status = Some(t.mk(Op::Sel(e, Part::Status), &[x, s]));
+    }
 }
 
 /// One key of a message: the term written for it, or a projection of the base together with
 /// any written key it overlaps.
 fn read(t: &mut Terms, m: &Model, d: &Dict, k: u16) -> TermId {
+    if let [only] = m.overlaps[k as usize].as_slice()
+        && *only == k
+    {
+        return match d.over.get(&k) {
+            Some(&v) => v,
+            None => t.mk(Op::Proj(k), &[d.base]),
+        };
+    }
     let hits: Vec<(u16, TermId)> = m.overlaps[k as usize]
         .iter()
         .filter_map(|o| d.over.get(o).map(|v| (*o, *v)))
@@ -998,7 +1262,12 @@ impl Model {
             })
             .collect();
         let keys_owned = keys.clone();
+        let resp_conflict = [
+            resp_conflicts(&elems, Observation::Strong),
+            resp_conflicts(&elems, Observation::Weak),
+        ];
         Model {
+            resp_conflict,
             method,
             elems,
             keys: keys_owned,
@@ -1027,13 +1296,18 @@ fn first_difference(canon: &Run, run: &Run, obs: Observation, layout: &Layout) -
     keys.sort();
     keys.dedup();
     let pos = layout.positions();
-    let rank = |o: &Out| -> (u8, usize, Out) {
+    // For one element, state before records before the stop decision: a state difference
+    // usually explains the others.
+    let rank = |o: &Out| -> (u8, usize, u8, Out) {
         match *o {
-            Out::ReqStop(e) | Out::ReqState(e, _) | Out::ReqChan(e, _) => (0, pos[e], *o),
-            Out::StopOrder => (1, 0, *o),
-            Out::FinalReq => (2, 0, *o),
-            Out::RespState(e, _) | Out::RespChan(e, _) => (3, usize::MAX - pos[e], *o),
-            Out::FinalResp => (4, 0, *o),
+            Out::ReqState(e, _) => (0, pos[e], 0, *o),
+            Out::ReqChan(e, _) => (0, pos[e], 1, *o),
+            Out::ReqStop(e) => (0, pos[e], 2, *o),
+            Out::StopOrder => (1, 0, 0, *o),
+            Out::FinalReq => (2, 0, 0, *o),
+            Out::RespState(e, _) => (3, usize::MAX - pos[e], 0, *o),
+            Out::RespChan(e, _) => (3, usize::MAX - pos[e], 1, *o),
+            Out::FinalResp => (4, 0, 0, *o),
         }
     };
     keys.sort_by_key(rank);
@@ -1131,15 +1405,17 @@ impl Explainer<'_> {
         match out {
             Out::ReqState(e, v) => {
                 let what = format!("its state update of `{}`", self.var(e, v));
-                self.req_cause(e, &what, Some(v))
+                let acts = format!("updates its state `{}`", self.var(e, v));
+                self.req_cause(e, &what, &acts)
             }
             Out::ReqChan(e, c) => {
                 let what = format!("what it records on {}", self.chan(e, c));
-                self.req_cause(e, &what, None)
+                let acts = format!("writes a record on {}", self.chan(e, c));
+                self.req_cause(e, &what, &acts)
             }
             Out::ReqStop(e) => {
                 let what = "its decision to stop the request".to_owned();
-                self.req_cause(e, &what, None)
+                self.req_cause(e, &what, "decides")
             }
             Out::StopOrder => self.stop_order(),
             Out::FinalReq => self.final_message(false),
@@ -1253,7 +1529,9 @@ impl Explainer<'_> {
         run.prefix.stops[..n].iter().map(|(x, _)| *x).collect()
     }
 
-    fn req_cause(&self, e: usize, what: &str, var: Option<u16>) -> String {
+    /// Why element `e`'s request-path output `what` differs; `acts` says what it does for
+    /// each request that reaches it ("updates its state `next`").
+    fn req_cause(&self, e: usize, what: &str, acts: &str) -> String {
         let (Some(ra), Some(rb)) = (&self.a.prefix.elems[e], &self.b.prefix.elems[e]) else {
             return format!("`{}`: {what} differs", self.name(e));
         };
@@ -1274,9 +1552,7 @@ impl Explainer<'_> {
         if ra.arrival != rb.arrival {
             let sa = self.stoppers_before(self.a, e, false);
             let sb = self.stoppers_before(self.b, e, false);
-            let v = var
-                .map(|v| format!("updates its state `{}`", self.var(e, v)))
-                .unwrap_or_else(|| "acts".into());
+            let v = acts;
             if let Some(&m) = sb.iter().find(|x| !sa.contains(x)) {
                 return format!(
                     "`{n}` {v} for every request that reaches it, and `{m}` {}; behind `{m}` it no longer sees the requests `{m}` stops, so {} changes {what} (request path)",
@@ -1385,8 +1661,11 @@ impl Explainer<'_> {
                 }
                 // Same writers in the same order: one of them computed something else.
                 let last = wa.last().copied()?;
-                let inner =
-                    self.req_cause(last, &format!("what it writes into {}", key_name(k)), None);
+                let inner = self.req_cause(
+                    last,
+                    &format!("what it writes into {}", key_name(k)),
+                    &format!("writes {}", key_name(k)),
+                );
                 Some(format!(
                     "`{n}` reads {} as `{}` leaves it, and {inner}",
                     key_name(k),
@@ -1523,7 +1802,7 @@ impl Explainer<'_> {
             }
         }
         // State it reads on the way back came from its request handler.
-        self.req_cause(e, what, None)
+        self.req_cause(e, what, "acts")
     }
 
     fn final_message(&self, resp: bool) -> String {
@@ -1571,7 +1850,7 @@ impl Explainer<'_> {
                     let inner = if resp {
                         self.resp_cause(last, &what)
                     } else {
-                        self.req_cause(last, &what, None)
+                        self.req_cause(last, &what, &format!("writes {}", key_name(k)))
                     };
                     return format!(
                         "the {} sees {} as `{}` writes it last: {inner}",

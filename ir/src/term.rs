@@ -58,8 +58,12 @@ pub enum Op {
     /// One key read from a message: arguments are the message's base and any written keys
     /// that overlap it (a nested path and its parent).
     Proj(u16),
-    /// A tuple (a whole message, an ordered list, a signature).
+    /// A tuple (a whole message, a signature).
     Tuple,
+    /// An ordered list built one element at a time: (list so far, element).
+    Cons,
+    /// The empty list.
+    Nil,
     /// Element `e` writes part of the message in direction `Dir`; arguments: what the write
     /// depends on, then the old value.
     Write(u16, Dir, Part),
@@ -97,11 +101,17 @@ pub enum Op {
     Label(u16),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug)]
 struct Node {
     op: Op,
-    args: Box<[TermId]>,
+    /// Arguments: `args[start..start + len]` of the arena.
+    start: u32,
+    len: u32,
+    /// The next node with the same hash (`NIL` ends the chain).
+    next: TermId,
 }
+
+const NIL: TermId = TermId::MAX;
 
 /// FxHash (rustc's): terms are small integers, so a fast non-cryptographic hash is right.
 #[derive(Default, Clone, Copy)]
@@ -109,7 +119,13 @@ pub struct FxHasher(u64);
 
 impl Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        for b in chunks.remainder() {
             self.add(u64::from(*b));
         }
     }
@@ -142,11 +158,23 @@ impl FxHasher {
 pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxMap<K, V> = HashMap<K, V, FxBuild>;
 
-/// The hash-consing arena.
+/// The hash-consing arena. Arguments live in one vector and nodes with equal hashes are
+/// chained through the nodes themselves, so building a term allocates nothing in the common
+/// case and finding an existing one never does (the planner's searches build millions).
 #[derive(Default)]
 pub struct Terms {
     nodes: Vec<Node>,
-    index: FxMap<Node, TermId>,
+    args: Vec<TermId>,
+    /// Hash of (op, args) -> the newest node with that hash.
+    index: FxMap<u64, TermId>,
+}
+
+fn hash_node(op: &Op, args: &[TermId]) -> u64 {
+    use std::hash::Hash;
+    let mut h = FxHasher::default();
+    op.hash(&mut h);
+    args.hash(&mut h);
+    h.finish()
 }
 
 impl Terms {
@@ -156,16 +184,25 @@ impl Terms {
 
     /// The term `op(args)`, shared with any equal term built before.
     pub fn mk(&mut self, op: Op, args: &[TermId]) -> TermId {
-        let node = Node {
-            op,
-            args: args.into(),
-        };
-        if let Some(&id) = self.index.get(&node) {
-            return id;
+        let h = hash_node(&op, args);
+        let head = self.index.get(&h).copied().unwrap_or(NIL);
+        let mut at = head;
+        while at != NIL {
+            let n = self.nodes[at as usize];
+            if n.op == op && self.args[n.start as usize..(n.start + n.len) as usize] == *args {
+                return at;
+            }
+            at = n.next;
         }
         let id = self.nodes.len() as TermId;
-        self.nodes.push(node.clone());
-        self.index.insert(node, id);
+        self.nodes.push(Node {
+            op,
+            start: self.args.len() as u32,
+            len: args.len() as u32,
+            next: head,
+        });
+        self.args.extend_from_slice(args);
+        self.index.insert(h, id);
         id
     }
 
@@ -182,7 +219,8 @@ impl Terms {
     }
 
     pub fn args(&self, t: TermId) -> &[TermId] {
-        &self.nodes[t as usize].args
+        let n = self.nodes[t as usize];
+        &self.args[n.start as usize..(n.start + n.len) as usize]
     }
 
     pub fn len(&self) -> usize {
@@ -201,9 +239,18 @@ impl Terms {
     /// Forgets every term built since `mark`; their ids must not be used again.
     pub fn rollback(&mut self, mark: usize) {
         while self.nodes.len() > mark {
-            if let Some(node) = self.nodes.pop() {
-                self.index.remove(&node);
+            let id = (self.nodes.len() - 1) as TermId;
+            let Some(node) = self.nodes.pop() else { break };
+            let h = hash_node(&node.op, &self.args[node.start as usize..]);
+            // The newest node of a chain is its head; unlink it.
+            if self.index.get(&h) == Some(&id) {
+                if node.next == NIL {
+                    self.index.remove(&h);
+                } else {
+                    self.index.insert(h, node.next);
+                }
             }
+            self.args.truncate(node.start as usize);
         }
     }
 
