@@ -124,6 +124,10 @@ pub struct Plan {
 
 /// The planning problem for one edge.
 pub struct Problem {
+    /// For each element, the elements that must come before it.
+    must_follow: Vec<Vec<usize>>,
+    /// For each element, the fixed pairs it belongs to.
+    fixed_with: Vec<Vec<(usize, usize)>>,
     pub checker: Checker,
     pub allowed: Allowed,
     pub costs: Vec<ElementCost>,
@@ -154,7 +158,21 @@ impl Problem {
             .map(|(a, name)| ElementCost::of(name, a, table))
             .collect();
         let obs = consistency.unwrap_or(edge.edge.consistency);
+        let canon = checker.canonical().positions();
+        let mut must_follow = vec![Vec::new(); n];
+        let mut fixed_with = vec![Vec::new(); n];
+        for a in 0..n {
+            for b in 0..n {
+                if canon[a] < canon[b] && checker.keeps_order(a, b, obs) {
+                    must_follow[b].push(a);
+                    fixed_with[a].push((a, b));
+                    fixed_with[b].push((a, b));
+                }
+            }
+        }
         Ok(Problem {
+            must_follow,
+            fixed_with,
             checker,
             allowed,
             costs,
@@ -205,54 +223,57 @@ impl Problem {
     }
 
     /// The cheapest processors for a fixed order and sides (processors never change what
-    /// the chain does, so this needs no equivalence check).
+    /// the chain does, so this needs no equivalence check): a dynamic program over (stage of
+    /// the previous element, sync already paid in its segment).
     pub fn assign_processors(&self, order: &[usize], sides: &[Side]) -> Option<(f64, Placement)> {
-        // State: (stage index or NONE, flags) -> (cost, stages chosen so far).
-        let mut states: HashMap<(usize, u8), (f64, Vec<Stage>)> = HashMap::new();
-        states.insert((NONE, 0), (0.0, Vec::new()));
+        const S: usize = 9 * 4; // (stage index or none) x flags
+        let n = order.len();
+        let slot = |stage: usize, flags: u8| -> usize {
+            let st = if stage == NONE { 8 } else { stage };
+            st * 4 + usize::from(flags)
+        };
+        // cost[i][s]: cheapest cost of the first i elements ending in state s; back[i][s]:
+        // (previous state, stage chosen for element i - 1).
+        let mut cost = vec![[f64::INFINITY; S]; n + 1];
+        let mut back = vec![[(usize::MAX, 0u8); S]; n + 1];
+        cost[0][slot(NONE, 0)] = 0.0;
         let mut frac = 1.0;
-        for &e in order {
-            let mut next: HashMap<(usize, u8), (f64, Vec<Stage>)> = HashMap::new();
-            for (&(prev, flags), (cost, path)) in &states {
+        for (i, &e) in order.iter().enumerate() {
+            for s in 0..S {
+                let c = cost[i][s];
+                if !c.is_finite() {
+                    continue;
+                }
+                let prev = if s / 4 == 8 { NONE } else { s / 4 };
+                let flags = (s % 4) as u8;
                 for &st in &self.allowed.stages[e] {
                     if st.side != sides[e] || (prev != NONE && st.index() < prev) {
                         continue;
                     }
                     let (inc, f) = self.step(frac, prev, flags, e, st);
-                    let c = cost + inc;
-                    let slot = next.entry((st.index(), f));
-                    match slot {
-                        std::collections::hash_map::Entry::Occupied(mut o) => {
-                            if c < o.get().0 - EPS {
-                                let mut p = path.clone();
-                                p.push(st);
-                                o.insert((c, p));
-                            }
-                        }
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            let mut p = path.clone();
-                            p.push(st);
-                            v.insert((c, p));
-                        }
+                    let to = slot(st.index(), f);
+                    if c + inc < cost[i + 1][to] - EPS {
+                        cost[i + 1][to] = c + inc;
+                        back[i + 1][to] = (s, st.index() as u8);
                     }
                 }
             }
-            if next.is_empty() {
-                return None;
-            }
-            states = next;
             frac *= 1.0 - self.costs[e].drop_rate;
         }
-        let (cost, path) = states.into_values().min_by(|a, b| {
-            a.0.total_cmp(&b.0)
-                .then_with(|| stage_key(&a.1).cmp(&stage_key(&b.1)))
-        })?;
+        let (mut s, best) = cost[n]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_finite())
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(s, c)| (s, *c))?;
         let mut stages = vec![Stage::new(Side::Client, crate::config::Processor::Lib); self.len()];
-        for (&e, st) in order.iter().zip(path) {
-            stages[e] = st;
+        for i in (1..=n).rev() {
+            let (from, st) = back[i][s];
+            stages[order[i - 1]] = crate::placement::PIPELINE[st as usize];
+            s = from;
         }
         Some((
-            cost,
+            best,
             Placement {
                 order: order.to_vec(),
                 stages,
@@ -274,38 +295,53 @@ impl Problem {
         if n >= 64 {
             return None;
         }
+        let start = self.checker.start();
+        let fp = self.checker.fingerprint(&start, self.obs);
         let mut dp = Dp {
+            nodes: vec![Node {
+                partial: start,
+                mask: 0,
+                children: Vec::new(),
+                complete: None,
+            }],
+            index: HashMap::from([((0u64, fp), 0usize)]),
             memo: HashMap::new(),
             deadline,
-            nodes: 0,
+            steps: 0,
             aborted: false,
         };
-        let start = self.checker.start();
-        let best = dp.solve(self, &start, 0, NONE, 0);
+        let best = dp.solve(self, 0, NONE, 0);
         self.checker.reset_scratch();
         if dp.aborted {
             return None;
         }
-        let (cost, suffix) = best?;
+        let cost = best.map(|b| b.0)?;
+        // Follow the choices.
         let mut stages = vec![Stage::new(Side::Client, crate::config::Processor::Lib); n];
         let mut order = Vec::with_capacity(n);
-        for (e, st) in suffix {
+        let mut state = (0usize, NONE, 0u8);
+        while let Some(&Some((_, e, st, next))) = dp.memo.get(&state) {
             order.push(e);
             stages[e] = st;
+            match next {
+                Some(ns) => state = ns,
+                None => break,
+            }
         }
-        Some((cost, Placement { order, stages }))
+        (order.len() == n).then_some((cost, Placement { order, stages }))
     }
 
-    /// Every order and every stage assignment (with only the checker's exact prefix cut),
-    /// costed by [`placement_cost`]: the reference the exact search is tested against.
+    /// Every order, every side and every processor assignment (with only the checker's
+    /// exact prefix cut), each costed by [`placement_cost`]: the reference the exact search
+    /// is tested against.
     pub fn brute_force(&mut self) -> Option<(f64, Placement)> {
         let n = self.len();
         let mut best: Option<(f64, Placement)> = None;
         let start = self.checker.start();
         let mut order = Vec::new();
-        let mut stages = vec![Stage::new(Side::Client, crate::config::Processor::Lib); n];
+        let mut sides = vec![Side::Client; n];
         let mut used = vec![false; n];
-        self.brute(&start, &mut order, &mut stages, &mut used, NONE, &mut best);
+        self.brute(&start, &mut order, &mut sides, &mut used, &mut best);
         self.checker.reset_scratch();
         best
     }
@@ -314,47 +350,72 @@ impl Problem {
         &mut self,
         p: &Partial,
         order: &mut Vec<usize>,
-        stages: &mut Vec<Stage>,
+        sides: &mut Vec<Side>,
         used: &mut Vec<bool>,
-        prev: usize,
         best: &mut Option<(f64, Placement)>,
     ) {
         let n = self.len();
         if order.len() == n {
             if self.checker.finish(p, self.obs) {
-                let cand = Placement {
-                    order: order.clone(),
-                    stages: stages.clone(),
-                };
-                let c = self.cost(&cand);
-                if best.as_ref().is_none_or(|(b, _)| c < *b - EPS) {
-                    *best = Some((c, cand));
-                }
+                let mut stages = vec![Stage::new(Side::Client, crate::config::Processor::Lib); n];
+                self.brute_processors(order, sides, 0, NONE, &mut stages, best);
             }
             return;
         }
+        let on_server = order.iter().any(|&x| sides[x] == Side::Server);
         for e in 0..n {
             if used[e] {
                 continue;
             }
-            let options = self.allowed.stages[e].clone();
-            let mut pushed: HashMap<Side, Option<Partial>> = HashMap::new();
-            for st in options {
-                if prev != NONE && st.index() < prev {
+            for side in [Side::Client, Side::Server] {
+                if (side == Side::Client && on_server)
+                    || !self.allowed.stages[e].iter().any(|s| s.side == side)
+                {
                     continue;
                 }
-                let child = pushed.entry(st.side).or_insert_with(|| {
-                    let mut c = p.clone();
-                    self.checker.push(&mut c, e, st.side, self.obs).then_some(c)
-                });
-                let Some(child) = child.clone() else { continue };
+                let mut child = p.clone();
+                if !self.checker.push(&mut child, e, side, self.obs) {
+                    continue;
+                }
                 used[e] = true;
+                sides[e] = side;
                 order.push(e);
-                stages[e] = st;
-                self.brute(&child, order, stages, used, st.index(), best);
+                self.brute(&child, order, sides, used, best);
                 order.pop();
                 used[e] = false;
             }
+        }
+    }
+
+    fn brute_processors(
+        &self,
+        order: &[usize],
+        sides: &[Side],
+        i: usize,
+        prev: usize,
+        stages: &mut Vec<Stage>,
+        best: &mut Option<(f64, Placement)>,
+    ) {
+        if i == order.len() {
+            let c = placement_cost(order, stages, &self.costs, &self.table);
+            if best.as_ref().is_none_or(|(b, _)| c < *b - EPS) {
+                *best = Some((
+                    c,
+                    Placement {
+                        order: order.to_vec(),
+                        stages: stages.clone(),
+                    },
+                ));
+            }
+            return;
+        }
+        let e = order[i];
+        for &st in &self.allowed.stages[e] {
+            if st.side != sides[e] || (prev != NONE && st.index() < prev) {
+                continue;
+            }
+            stages[e] = st;
+            self.brute_processors(order, sides, i + 1, st.index(), stages, best);
         }
     }
 
@@ -374,21 +435,23 @@ impl Problem {
         let mut memo: HashMap<Vec<u16>, bool> = HashMap::new();
         let start_cost = self.cost(start);
         let mut best = (start_cost, start.clone());
-        let mut current: (Vec<usize>, Vec<Side>);
-        let mut current_cost: f64;
-        let steps = (4 * n).max(20);
-        let (t0, t_min, alpha) = (0.5, 0.005, 0.9);
+        let mut current = self.current(start.layout(), start_cost);
+        // Steps per temperature grow with the chain, more slowly than the space does: the
+        // time budget, not the step count, bounds long chains.
+        let steps = 20 + n / 5;
+        let (t0, t_min, alpha) = (2.0, 0.01, 0.8);
         let mut idle = 0;
         let mut cooling = 0;
         'outer: while idle < 15 {
             let before = best.0;
             // Restart from the best so far, and every third time from the start.
-            if cooling % 3 == 2 {
-                current = (start.order.clone(), start.layout().sides);
-                current_cost = start_cost;
+            let from = if cooling % 3 == 2 {
+                (start.layout(), start_cost)
             } else {
-                current = (best.1.order.clone(), best.1.layout().sides);
-                current_cost = best.0;
+                (best.1.layout(), best.0)
+            };
+            if from.0 != current.layout {
+                current = self.current(from.0, from.1);
             }
             cooling += 1;
             let mut t = t0;
@@ -401,16 +464,22 @@ impl Problem {
                     else {
                         continue;
                     };
-                    let delta = c - current_cost;
+                    let delta = c - current.cost;
                     if delta <= 0.0 || rng.unit() < (-delta / t).exp() {
-                        current = (cand.order.clone(), cand.layout().sides);
-                        current_cost = c;
                         if c < best.0 - EPS {
-                            best = (c, cand);
+                            best = (c, cand.clone());
                         }
+                        current = self.advance(current, cand.layout(), c);
                     }
                 }
                 t *= alpha;
+            }
+            if std::env::var("WEFT_ANNEAL_TRACE").is_ok() {
+                eprintln!(
+                    "cooling {cooling}: best {:.4}, {} layouts checked",
+                    best.0,
+                    memo.len()
+                );
             }
             if best.0 < before - EPS {
                 idle = 0;
@@ -418,36 +487,91 @@ impl Problem {
                 idle += 1;
             }
         }
+        self.checker.reset_scratch();
         best
+    }
+
+    /// A solution with the request pass after each of its prefixes, so a candidate that
+    /// shares its first `i` elements is checked from there.
+    fn current(&mut self, layout: Layout, cost: f64) -> Current {
+        let mut prefixes = Vec::with_capacity(self.len() + 1);
+        let mut p = self.checker.start();
+        prefixes.push(p.clone());
+        for &e in &layout.order {
+            self.checker.push(&mut p, e, layout.sides[e], self.obs);
+            prefixes.push(p.clone());
+        }
+        Current {
+            layout,
+            cost,
+            prefixes,
+        }
+    }
+
+    fn advance(&mut self, mut cur: Current, layout: Layout, cost: f64) -> Current {
+        // Terms only grow during a search; start afresh when they take too much memory.
+        if self.checker.scratch_len() > 4_000_000 {
+            self.checker.reset_scratch();
+            return self.current(layout, cost);
+        }
+        let i = first_change(&cur.layout, &layout);
+        cur.prefixes.truncate(i + 1);
+        let mut p = cur.prefixes[i].clone();
+        for &e in &layout.order[i..] {
+            self.checker.push(&mut p, e, layout.sides[e], self.obs);
+            cur.prefixes.push(p.clone());
+        }
+        cur.layout = layout;
+        cur.cost = cost;
+        cur
+    }
+
+    /// Whether `layout` is equivalent, checked from the longest prefix it shares with the
+    /// current solution.
+    fn equivalent_from(&mut self, cur: &Current, layout: &Layout) -> bool {
+        let i = first_change(&cur.layout, layout);
+        let mut p = cur.prefixes[i].clone();
+        for &e in &layout.order[i..] {
+            if !self.checker.push(&mut p, e, layout.sides[e], self.obs) {
+                return false;
+            }
+        }
+        self.checker.finish(&p, self.obs)
     }
 
     /// Algorithm 4: mutate until the result is a valid (equivalent) solution, a bounded
     /// number of times.
     fn mutate(
         &mut self,
-        current: &(Vec<usize>, Vec<Side>),
+        current: &Current,
         flexible: &[usize],
         rng: &mut SplitMix,
         memo: &mut HashMap<Vec<u16>, bool>,
     ) -> Option<(f64, Placement)> {
         let n = self.len();
-        for _ in 0..32 {
-            let (mut order, mut sides) = current.clone();
+        for _ in 0..16 {
+            let mut order = current.layout.order.clone();
+            let mut sides = current.layout.sides.clone();
             let coin = rng.unit();
+            // The elements whose order relative to others changes.
+            let moved: [usize; 2];
             if coin < 0.4 && n > 1 {
                 let from = rng.below(n);
                 let x = order.remove(from);
                 let to = rng.below(n);
                 order.insert(to, x);
+                moved = [x, x];
             } else if coin < 0.8 && n > 1 {
                 let (a, b) = (rng.below(n), rng.below(n));
                 order.swap(a, b);
+                moved = [order[a], order[b]];
             } else if !flexible.is_empty() {
                 let e = flexible[rng.below(flexible.len())];
                 sides[e] = match sides[e] {
                     Side::Client => Side::Server,
                     Side::Server => Side::Client,
                 };
+                moved = [e, e];
             } else {
                 continue;
             }
@@ -458,7 +582,18 @@ impl Problem {
                 .filter(|&e| sides[e] == Side::Client)
                 .collect();
             normal.extend(order.iter().copied().filter(|&e| sides[e] == Side::Server));
-            if normal == current.0 && sides == current.1 {
+            if normal == current.layout.order && sides == current.layout.sides {
+                continue;
+            }
+            let mut pos = vec![0; n];
+            for (i, &e) in normal.iter().enumerate() {
+                pos[e] = i;
+            }
+            // Only pairs with a moved element can have changed their order.
+            if moved
+                .iter()
+                .any(|&x| self.fixed_with[x].iter().any(|&(a, b)| pos[a] > pos[b]))
+            {
                 continue;
             }
             let key: Vec<u16> = normal
@@ -473,7 +608,7 @@ impl Problem {
             let ok = match memo.get(&key) {
                 Some(&ok) => ok,
                 None => {
-                    let ok = self.checker.equivalent(&layout, self.obs);
+                    let ok = self.equivalent_from(current, &layout);
                     if memo.len() > 1 << 20 {
                         memo.clear();
                     }
@@ -492,85 +627,151 @@ impl Problem {
     }
 }
 
+/// The annealer's current solution.
+struct Current {
+    layout: Layout,
+    cost: f64,
+    /// `prefixes[i]`: the request pass over the first `i` elements.
+    prefixes: Vec<Partial>,
+}
+
+/// The first position where two layouts differ (in the element or its side).
+fn first_change(a: &Layout, b: &Layout) -> usize {
+    a.order
+        .iter()
+        .zip(&b.order)
+        .position(|(&x, &y)| x != y || a.sides[x] != b.sides[y])
+        .unwrap_or(a.order.len())
+}
+
 const NONE: usize = usize::MAX;
 const EPS: f64 = 1e-9;
 
-fn stage_key(path: &[Stage]) -> Vec<usize> {
-    path.iter().map(|s| s.index()).collect()
+/// A DP state: (semantic node, stage of the last element, sync flags of its segment).
+type State = (usize, usize, u8);
+/// Best cost from a state, the element and stage chosen, and the state after (`None` when
+/// the layout is complete).
+type Choice = Option<(f64, usize, Stage, Option<State>)>;
+
+/// A set of placed elements with one representative request pass; prefixes with the same
+/// elements and the same checker fingerprint share a node.
+struct Node {
+    partial: Partial,
+    mask: u64,
+    /// (element, side) -> the node after adding it, once computed; `None` when the checker
+    /// rejects it.
+    children: Vec<((usize, Side), Option<usize>)>,
+    /// For complete layouts: whether the response path and the messages match.
+    complete: Option<bool>,
 }
 
-type Solution = Option<(f64, Vec<(usize, Stage)>)>;
-
+/// The exact search: semantic nodes (what the checker sees) are built once each; the cost
+/// dynamic program runs over (node, stage, flags) on top, so the processor dimension never
+/// repeats an equivalence check.
 struct Dp {
-    memo: HashMap<(u64, usize, u8, Vec<u32>), Solution>,
+    nodes: Vec<Node>,
+    index: HashMap<(u64, Vec<u32>), usize>,
+    memo: HashMap<State, Choice>,
     deadline: Instant,
-    nodes: u64,
+    steps: u64,
     aborted: bool,
 }
 
 impl Dp {
-    fn solve(
-        &mut self,
-        pb: &mut Problem,
-        p: &Partial,
-        mask: u64,
-        prev: usize,
-        flags: u8,
-    ) -> Solution {
-        let n = pb.len();
-        let key = (mask, prev, flags, pb.checker.fingerprint(p, pb.obs));
-        if let Some(s) = self.memo.get(&key) {
-            return s.clone();
+    fn child(&mut self, pb: &mut Problem, node: usize, e: usize, side: Side) -> Option<usize> {
+        if let Some((_, c)) = self.nodes[node]
+            .children
+            .iter()
+            .find(|(k, _)| *k == (e, side))
+        {
+            return *c;
         }
-        self.nodes += 1;
-        if self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline {
+        let mut p = self.nodes[node].partial.clone();
+        let ok = pb.checker.push(&mut p, e, side, pb.obs);
+        let found = if ok {
+            let mask = self.nodes[node].mask | (1 << e);
+            let key = (mask, pb.checker.fingerprint(&p, pb.obs));
+            Some(match self.index.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = self.nodes.len();
+                    self.nodes.push(Node {
+                        partial: p,
+                        mask,
+                        children: Vec::new(),
+                        complete: None,
+                    });
+                    self.index.insert(key, id);
+                    id
+                }
+            })
+        } else {
+            None
+        };
+        self.nodes[node].children.push(((e, side), found));
+        found
+    }
+
+    fn complete_ok(&mut self, pb: &mut Problem, node: usize) -> bool {
+        if let Some(ok) = self.nodes[node].complete {
+            return ok;
+        }
+        let ok = pb.checker.finish(&self.nodes[node].partial, pb.obs);
+        self.nodes[node].complete = Some(ok);
+        ok
+    }
+
+    fn solve(&mut self, pb: &mut Problem, node: usize, prev: usize, flags: u8) -> Choice {
+        let state = (node, prev, flags);
+        if let Some(c) = self.memo.get(&state) {
+            return *c;
+        }
+        self.steps += 1;
+        if self.steps.is_multiple_of(256) && Instant::now() >= self.deadline {
             self.aborted = true;
         }
         if self.aborted {
             return None;
         }
+        let n = pb.len();
+        let mask = self.nodes[node].mask;
         let frac = pb.fraction((0..n).filter(|e| mask & (1 << e) != 0));
-        let mut best: Solution = None;
+        let mut best: Choice = None;
         for e in 0..n {
-            if mask & (1 << e) != 0 {
+            if mask & (1 << e) != 0 || pb.must_follow[e].iter().any(|&f| mask & (1 << f) == 0) {
                 continue;
             }
-            let mut pushed: [Option<Option<Partial>>; 2] = [None, None];
             for st in pb.allowed.stages[e].clone() {
                 if prev != NONE && st.index() < prev {
                     continue;
                 }
-                let slot = &mut pushed[usize::from(st.side == Side::Server)];
-                if slot.is_none() {
-                    let mut c = p.clone();
-                    let ok = pb.checker.push(&mut c, e, st.side, pb.obs);
-                    *slot = Some(ok.then_some(c));
-                }
-                let Some(Some(child)) = slot.clone() else {
+                let Some(child) = self.child(pb, node, e, st.side) else {
                     continue;
                 };
                 let (inc, f) = pb.step(frac, prev, flags, e, st);
-                let m2 = mask | (1 << e);
-                let rest = if m2.count_ones() as usize == n {
-                    pb.checker.finish(&child, pb.obs).then(|| (0.0, Vec::new()))
+                let full = self.nodes[child].mask.count_ones() as usize == n;
+                let (rest, next) = if full {
+                    if !self.complete_ok(pb, child) {
+                        continue;
+                    }
+                    (0.0, None)
                 } else {
-                    self.solve(pb, &child, m2, st.index(), f)
+                    let ns = (child, st.index(), f);
+                    match self.solve(pb, ns.0, ns.1, ns.2) {
+                        Some((c, ..)) => (c, Some(ns)),
+                        None => continue,
+                    }
                 };
                 if self.aborted {
                     return None;
                 }
-                if let Some((rc, rpath)) = rest {
-                    let total = inc + rc;
-                    if best.as_ref().is_none_or(|(b, _)| total < *b - EPS) {
-                        let mut path = Vec::with_capacity(rpath.len() + 1);
-                        path.push((e, st));
-                        path.extend(rpath);
-                        best = Some((total, path));
-                    }
+                let total = inc + rest;
+                if best.is_none_or(|(b, ..)| total < b - EPS) {
+                    best = Some((total, e, st, next));
                 }
             }
         }
-        self.memo.insert(key, best.clone());
+        self.memo.insert(state, best);
         best
     }
 }
@@ -654,7 +855,14 @@ fn reasons(pb: &mut Problem, p: &Placement) -> Vec<String> {
     let canonical = pb.checker.canonical().clone();
     for &e in &p.order {
         let st = p.stages[e];
-        let mut why: Vec<String> = pb.allowed.why[e].clone();
+        // Processors it cannot use matter only when it is not on the cheapest one.
+        let mut why: Vec<String> = pb.allowed.why[e]
+            .iter()
+            .filter(|w| {
+                st.processor != crate::config::Processor::Lib || !w.contains(" cannot run it")
+            })
+            .cloned()
+            .collect();
         let c = &pb.costs[e];
         let other = match st.side {
             Side::Client => Side::Server,
@@ -710,8 +918,12 @@ fn reasons(pb: &mut Problem, p: &Placement) -> Vec<String> {
         let alt = Layout { order, sides };
         let v = pb.checker.check(&alt, pb.obs);
         if !v.equivalent {
+            let moving = match other {
+                Side::Server => "after every client-side element",
+                Side::Client => "before every server-side element",
+            };
             out.push(format!(
-                "`{}` stays on the {} side: on the {} side it would not be equivalent — {}",
+                "`{}` stays on the {} side: on the {} side (which puts it {moving}) it would not be equivalent — {}",
                 pb.names[e],
                 side_name(st),
                 side_name(other),
