@@ -172,8 +172,8 @@ pub struct Chain {
     pub yaml: String,
 }
 
-fn entry(g: &Gen, name: &str, side: Option<&str>) -> String {
-    let mut s = format!("{{element: {}, name: {name}", g.kind);
+fn entry(g: &Gen, name: &str, side: Option<&str>, extra: &str) -> String {
+    let mut s = format!("{{element: {}, name: {name}{extra}", g.kind);
     if !g.params.is_empty() {
         s.push_str(&format!(", params: {}", g.params));
     }
@@ -190,6 +190,18 @@ fn entry(g: &Gen, name: &str, side: Option<&str>) -> String {
 /// A random chain of `n` elements over client/any/server lists (and sometimes an
 /// encrypt/decrypt pair), as weft.yaml.
 pub fn gen_chain(rng: &mut Rng, n: usize, kinds: &[&'static str], consistency: &str) -> Chain {
+    gen_chain_with(rng, n, kinds, consistency, false)
+}
+
+/// As [`gen_chain`]; with `constrain`, some elements are `untrusted`, need `hot_upgrade` or
+/// are pinned to a processor, so processor choice and segment grouping matter.
+pub fn gen_chain_with(
+    rng: &mut Rng,
+    n: usize,
+    kinds: &[&'static str],
+    consistency: &str,
+    constrain: bool,
+) -> Chain {
     let mut lists: [Vec<String>; 3] = Default::default();
     let mut pair = None;
     let mut count = 0;
@@ -212,7 +224,17 @@ pub fn gen_chain(rng: &mut Rng, n: usize, kinds: &[&'static str], consistency: &
             _ => 2,
         };
         let side = (list == 1 && rng.chance(0.15)).then(|| *rng.pick(&["client", "server"]));
-        lists[list].push(entry(&g, &name, side));
+        let extra = if constrain {
+            match rng.below(10) {
+                0 | 1 => ", untrusted: true",
+                2 => ", hot_upgrade: true",
+                3 => ", processor: agent",
+                _ => "",
+            }
+        } else {
+            ""
+        };
+        lists[list].push(entry(&g, &name, side, extra));
         count += 1;
     }
     // A client pin after a server pin in `any` contradicts itself; keep server pins last.
