@@ -391,7 +391,8 @@ impl Checker {
     /// Whether every equivalent layout keeps `a` and `b` in their configured relative order:
     /// both may stop a request (the client would get the other's answer), or one may stop
     /// requests and the other updates state or (under strong consistency) writes records for
-    /// every request that reaches it, or both write one field or header. A necessary
+    /// every request that reaches it, or both write one field or header, or one may stop
+    /// requests and the other routes them (a stopped request reports its `dst`). A necessary
     /// condition only — the searches use it to skip candidates the checker would reject
     /// anyway.
     pub fn keeps_order(&self, a: usize, b: usize, obs: Observation) -> bool {
@@ -466,9 +467,18 @@ impl Checker {
                             .iter()
                             .any(|a| keys_written(y, resp).iter().any(|b| overlap(a, b)))
                     };
+                    let routes = |e: usize| {
+                        m.elems[e].req.writes.iter().any(|(t, _)| match t {
+                            Target::Key(k) => k == "h:dst",
+                            Target::AnyHeader | Target::Message => true,
+                            Target::State(_) => false,
+                        })
+                    };
                     if (stopper(x) && stopper(y))
                         || (stopper(x) && sensitive(y))
                         || (sensitive(x) && stopper(y))
+                        || (stopper(x) && routes(y))
+                        || (routes(x) && stopper(y))
                         || (!rq && same_key(false))
                         || (!rs && same_key(true))
                     {
@@ -836,11 +846,19 @@ impl Checker {
                 _ => None,
             }
         };
+        // A stopped request is reported with the replica it was routed to so far (the `dst`
+        // header at the element that stopped it), so the stop term carries it too.
         let stop = (a.req.stops.any() || a.req.reorders).then(|| {
+            let mut args = rv.clone();
+            let dst = read(t, model, &p.dict, model.dst);
+            if self.record {
+                inputs.push((Input::Key("h:dst".into()), dst));
+            }
+            args.push(dst);
             if a.req.reorders {
-                t.mk(Op::Reorder(ei), &rv)
+                t.mk(Op::Reorder(ei), &args)
             } else {
-                t.mk(Op::Stop(ei), &rv)
+                t.mk(Op::Stop(ei), &args)
             }
         });
         // Writes are simultaneous: each is a function of the values before the handler.
@@ -1296,13 +1314,13 @@ fn first_difference(canon: &Run, run: &Run, obs: Observation, layout: &Layout) -
     keys.sort();
     keys.dedup();
     let pos = layout.positions();
-    // For one element, state before records before the stop decision: a state difference
-    // usually explains the others.
+    // State updates before records before stop decisions: a state difference usually
+    // explains the others.
     let rank = |o: &Out| -> (u8, usize, u8, Out) {
         match *o {
             Out::ReqState(e, _) => (0, pos[e], 0, *o),
-            Out::ReqChan(e, _) => (0, pos[e], 1, *o),
-            Out::ReqStop(e) => (0, pos[e], 2, *o),
+            Out::ReqChan(e, _) => (0, pos[e] + pos.len(), 1, *o),
+            Out::ReqStop(e) => (0, pos[e] + 2 * pos.len(), 2, *o),
             Out::StopOrder => (1, 0, 0, *o),
             Out::FinalReq => (2, 0, 0, *o),
             Out::RespState(e, _) => (3, usize::MAX - pos[e], 0, *o),
