@@ -69,7 +69,6 @@ fn figure3_ratelimit_moves_to_the_server_side_before_the_firewall() {
         "    client:\n      - logging\n      - loadbalance: {policy: round_robin}\n    any:\n      - ratelimit_replica: {limit: 100}\n      - firewall: {field: user, deny: [mallory]}\n",
     );
     let plan = plan_edge(&e, &CostTable::paper(), &PlanOptions::default()).unwrap();
-    println!("{}", plan.render_text());
     let idx = |n: &str| plan.names.iter().position(|x| x == n).unwrap();
     let (rl, fw, log) = (idx("ratelimit_replica"), idx("firewall"), idx("logging"));
     let st = &plan.placement.stages;
@@ -77,4 +76,25 @@ fn figure3_ratelimit_moves_to_the_server_side_before_the_firewall() {
     assert_eq!(st[log].processor, Processor::Lib);
     let pos = plan.placement.layout().positions();
     assert!(pos[rl] < pos[fw], "ratelimit stays before firewall");
+    // The firewall follows it to the server side (it must stay behind the rate limiter,
+    // whose counts change for every request that reaches it); both run in the server's lib.
+    assert_eq!(st[fw], st[rl]);
+    assert_eq!(st[rl].processor, Processor::Lib);
+    assert_eq!(st[idx("loadbalance")].side, Side::Client);
+    // Costs by hand (§4.2): fractions 1, 1 | 0.95, 0.95²; client/lib 0.5·2 + 0.1, server/lib
+    // 0.5·(0.95 + 0.9025) + 0.1. Configured (all on client/lib): 0.5·(1 + 1 + 0.95 + 0.9025)
+    // + 2 (the rate limiter's strong sync on the client side) + 0.1.
+    assert!(
+        (plan.cost - (1.1 + 0.5 * 1.8525 + 0.1)).abs() < 1e-9,
+        "{}",
+        plan.cost
+    );
+    assert!((plan.configured_cost - (0.5 * 3.8525 + 2.0 + 0.1)).abs() < 1e-9);
+    assert!(
+        plan.reasons
+            .iter()
+            .any(|r| r.contains("keyed per server replica")),
+        "{:?}",
+        plan.reasons
+    );
 }
