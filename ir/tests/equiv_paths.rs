@@ -176,3 +176,40 @@ fn a_stopped_request_reports_its_routing() {
         .equivalent
     );
 }
+
+#[test]
+fn a_write_to_a_nested_field_overlaps_a_read_of_its_parent() {
+    use std::path::Path;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "protos: [{}]\nelement_paths: [{}]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: nested.Svc/Call\n    any:\n      - {{element: mutation, name: mu, params: {{field: who.name}}}}\n      - who_size\n      - {{element: mutation, name: mu_body, params: {{field: body}}}}\n",
+        root.join("tests/protos/planner_nested.proto").display(),
+        root.join("tests/elements").display(),
+    );
+    let cfg = weft_ir::config::Config::parse("weft.yaml", root, &text).unwrap();
+    let edge = weft_ir::load::load_edge(&cfg, "a->b").unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    // who_size measures `who`, which contains `who.name`, which mu prefixes.
+    let v = check(
+        &mut c,
+        &["who_size", "mu", "mu_body"],
+        &[],
+        Observation::Strong,
+    );
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`who_size`") && v.reason.contains("`mu`"),
+        "{}",
+        v.reason
+    );
+    // `body` is not inside `who`: mu_body may move ahead of who_size.
+    assert!(
+        check(
+            &mut c,
+            &["mu", "mu_body", "who_size"],
+            &[],
+            Observation::Strong
+        )
+        .equivalent
+    );
+}
