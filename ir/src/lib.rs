@@ -13,6 +13,7 @@ pub mod cost;
 pub mod diag;
 pub mod equiv;
 pub mod eval;
+mod explain;
 pub mod interp;
 pub mod ir;
 pub mod json;

@@ -474,13 +474,6 @@ impl Problem {
                 }
                 t *= alpha;
             }
-            if std::env::var("WEFT_ANNEAL_TRACE").is_ok() {
-                eprintln!(
-                    "cooling {cooling}: best {:.4}, {} layouts checked",
-                    best.0,
-                    memo.len()
-                );
-            }
             if best.0 < before - EPS {
                 idle = 0;
             } else {
