@@ -135,7 +135,11 @@ mod tests {
 
     #[test]
     fn a_client_pin_after_a_server_pin_is_contradictory() {
-        let e = edge("[{element: firewall, side: server}, {element: cache, side: client}]");
+        // The config loader refuses this; the layout check is the backstop for edges built
+        // in code.
+        let mut e = edge("[firewall, cache]");
+        e.any[0].constraints.side = Some(Side::Server);
+        e.any[1].constraints.side = Some(Side::Client);
         let err = Layout::canonical(&e).unwrap_err();
         assert_eq!(
             err,
