@@ -162,15 +162,13 @@ pub fn placement_cost(
         seg.2 |= costs[e].weak_on(st.side);
         fraction *= 1.0 - costs[e].drop_rate;
     }
-    segments
-        .values()
-        .map(|(f, s, w, p)| {
-            table.w_fraction * f
-                + if *s { table.w_strong } else { 0.0 }
-                + if *w { table.w_weak } else { 0.0 }
-                + table.base(*p)
-        })
-        .sum()
+    // A fold from +0.0: an empty sum of floats is -0.0.
+    segments.values().fold(0.0, |acc, (f, s, w, p)| {
+        acc + table.w_fraction * f
+            + if *s { table.w_strong } else { 0.0 }
+            + if *w { table.w_weak } else { 0.0 }
+            + table.base(*p)
+    })
 }
 
 #[cfg(test)]

@@ -295,6 +295,15 @@ impl Problem {
         if n >= 64 {
             return None;
         }
+        if n == 0 {
+            return Some((
+                0.0,
+                Placement {
+                    order: Vec::new(),
+                    stages: Vec::new(),
+                },
+            ));
+        }
         let start = self.checker.start();
         let fp = self.checker.fingerprint(&start, self.obs);
         let mut dp = Dp {
