@@ -256,18 +256,25 @@ pub fn abstract_element(e: &Element, use_: &ElementUse) -> ElementAbs {
 
     // Which variables depend on the instance, and which are (re)written when one starts.
     let config_state: BTreeSet<&str> = use_.state.iter().map(|(k, _)| k.as_str()).collect();
+    let handler_written: BTreeSet<String> = props
+        .req
+        .state_written
+        .union(&props.resp.state_written)
+        .map(|v| format!("state:{v}"))
+        .collect();
     for (i, v) in e.state.iter().enumerate() {
         let label = format!("state:{}", v.name);
-        let by_handlers =
-            props.req.state_written.contains(&v.name) || props.resp.state_written.contains(&v.name);
+        let by_handlers = handler_written.contains(&label);
         let by_init = props.init.state_written.contains(&v.name)
             || v.from_param.is_some()
             || config_state.contains(v.name.as_str());
-        let init_nondet = props
-            .init
-            .write_deps
-            .get(&label)
-            .is_some_and(|d| d.contains("time") || d.contains("random"));
+        // What `init` writes depends on when the instance starts if it reads the clock,
+        // draws, or reads state the handlers change (shared state other instances moved on).
+        let init_nondet = props.init.write_deps.get(&label).is_some_and(|d| {
+            d.contains("time")
+                || d.contains("random")
+                || d.iter().any(|x| x != &label && handler_written.contains(x))
+        });
         let slot = &mut vars[i];
         slot.written_by_handlers = by_handlers;
         match v.consistency {
