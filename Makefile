@@ -4,7 +4,7 @@
 CARGO ?= cargo
 WEFT  := target/debug/weft
 
-.PHONY: all deps build test demo fuzz bench lint clean
+.PHONY: all deps build test demo fuzz bench lint clean planner-fuzz planner-optimality
 
 all: build
 
@@ -43,11 +43,25 @@ demo: deps
 # Fuzzing (10 minutes by default; FUZZ_SECONDS=60 for a quick run). Needs the nightly
 # toolchain and cargo-fuzz, which the script installs when missing.
 FUZZ_SECONDS ?= 600
-fuzz: deps
+fuzz: deps planner-fuzz
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
+# The planner's differential soundness test at 100 000 random chains, layouts and RPC
+# streams (release build; `make test` runs 10 000). Prints the converse rate too.
+PLANNER_FUZZ_CASES ?= 100000
+planner-fuzz: deps
+	WEFT_SOUNDNESS_CASES=$(PLANNER_FUZZ_CASES) $(CARGO) test --release -p weft-ir \
+		--test planner_soundness -- --nocapture
+
+# Exact search vs brute force (3-10 elements) and annealing vs exact (11-12), 100 chains
+# per size, in release; prints both rates (docs/benchmarks.md).
+planner-optimality: deps
+	WEFT_OPT_EXACT=100 WEFT_OPT_ANNEAL=100 $(CARGO) test --release -p weft-ir \
+		--test plan_optimality -- --nocapture --test-threads 1
+
+# Planning time for 5, 8, 12, 50 and 100 elements (criterion; docs/benchmarks.md).
 bench: deps
-	@echo "No benchmarks yet: the JIT and runtime issues add them (see docs/benchmarks.md)."
+	$(CARGO) bench -p weft-ir --bench plan
 
 clean:
 	$(CARGO) clean

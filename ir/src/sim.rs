@@ -25,6 +25,7 @@ use crate::config::{Position, Side};
 use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
 use crate::ir::Element;
 use crate::json;
+use crate::layout::Layout;
 use crate::load::LoadedEdge;
 use crate::schema::MethodSchema;
 use crate::wire;
@@ -308,8 +309,37 @@ pub fn simulate(
     opts: SimOptions,
     sync_interval: f64,
 ) -> Result<SimReport, SimError> {
+    run(edge, trace, opts, sync_interval, None)
+}
+
+/// Simulates an edge with its elements in another order and on other sides (a planner's
+/// layout), everything else as [`simulate`] does. The planner's soundness test compares the
+/// two: an equivalent layout must produce the same report.
+pub fn simulate_layout(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+    layout: &Layout,
+) -> Result<SimReport, SimError> {
+    let names: Vec<&str> = edge.elements.iter().map(|e| e.use_.name.as_str()).collect();
+    layout.validate(&names).map_err(|e| SimError::Element {
+        element: "-".into(),
+        message: format!("invalid layout: {e}"),
+    })?;
+    run(edge, trace, opts, sync_interval, Some(layout))
+}
+
+fn run(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+    layout: Option<&Layout>,
+) -> Result<SimReport, SimError> {
     let mut sim = Sim {
         edge,
+        layout,
         opts,
         clock: VirtualClock::new(0.0),
         shared: SharedState::new(),
@@ -434,6 +464,8 @@ fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
 
 struct Sim<'a> {
     edge: &'a LoadedEdge,
+    /// An explicit order and sides ([`simulate_layout`]); `None` runs the configured chain.
+    layout: Option<&'a Layout>,
     opts: SimOptions,
     clock: VirtualClock,
     shared: SharedState,
@@ -461,6 +493,9 @@ impl Sim<'_> {
     }
 
     fn side(&self, k: usize) -> Side {
+        if let Some(l) = self.layout {
+            return l.sides[k];
+        }
         let el = &self.edge.elements[k];
         match el.position {
             Position::Client | Position::PairFirst(_) => Side::Client,
@@ -633,7 +668,11 @@ impl Sim<'_> {
             early_response: None,
             server_request: None,
         };
-        for k in 0..self.edge.elements.len() {
+        let order: Vec<usize> = match self.layout {
+            Some(l) => l.order.clone(),
+            None => (0..self.edge.elements.len()).collect(),
+        };
+        for k in order {
             let replica = self.replica_for(k, &r.src, &msg);
             let ir = self.ir(k, &method)?;
             flight.path.push((k, replica.clone()));
