@@ -71,13 +71,13 @@ pub struct Edge {
     pub pairs: Vec<(ElementUse, ElementUse)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
     Client,
     Server,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Processor {
     /// In-process, linked into the service.
     Lib,
@@ -391,8 +391,20 @@ impl Parser {
                         ));
                     };
                     if two.len() != 2 {
+                        // Name what the pair holds, so the operator finds it.
+                        let names: Vec<String> = two
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(j, y)| self.element(&ctx, "pair", j, y).ok())
+                            .map(|u| format!("`{}`", u.name))
+                            .collect();
+                        let what = match names.as_slice() {
+                            [] => String::new(),
+                            [one] => format!(", element {one}"),
+                            many => format!(", elements {}", many.join(", ")),
+                        };
                         return Err(self.err(
-                            format!("{ctx}: pair #{} has {} element(s); a pair is not closed until it has exactly two", i + 1, two.len()),
+                            format!("{ctx}{what}: pair #{} has {} element(s); a pair is not closed until it has exactly two", i + 1, two.len()),
                             Some("the first runs on the client side, the second on the server side"),
                         ));
                     }
@@ -420,6 +432,23 @@ impl Parser {
             pairs,
         };
         let mut seen = std::collections::BTreeSet::new();
+        // A request cannot come back to the client side: an `any` element pinned to the
+        // client cannot follow one pinned to the server.
+        let mut pinned_server: Option<&str> = None;
+        for e in &edge.any {
+            match e.constraints.side {
+                Some(Side::Server) => pinned_server = pinned_server.or(Some(e.name.as_str())),
+                Some(Side::Client) => {
+                    if let Some(s) = pinned_server {
+                        return Err(self.err(
+                            format!("{ctx}, element `{}`: pinned to the client side, but it comes after `{s}`, which is pinned to the server side; a request meets every client-side element before any server-side one", e.name),
+                            Some("list it before the server-pinned element, or pin one of them differently"),
+                        ));
+                    }
+                }
+                None => {}
+            }
+        }
         for (pos, e) in edge.chain() {
             if !seen.insert(e.name.clone()) {
                 return Err(self.err(

@@ -5,22 +5,30 @@
 //! [`props`] for the planner, [`interp`] to run. [`config`] and [`load`] turn a chain config
 //! into checked elements; [`sim`] runs an edge over a trace in virtual time.
 
+pub mod abstraction;
 pub mod ast;
 pub mod check;
 pub mod config;
+pub mod cost;
 pub mod diag;
+pub mod equiv;
 pub mod eval;
+mod explain;
 pub mod interp;
 pub mod ir;
 pub mod json;
+pub mod layout;
 pub mod lexer;
 pub mod load;
 pub mod parser;
+pub mod placement;
+pub mod plan;
 pub mod printer;
 pub mod props;
 pub mod schema;
 pub mod sim;
 pub mod stdlib;
+pub mod term;
 pub mod testgen;
 pub mod types;
 pub mod wire;

@@ -25,6 +25,7 @@ use crate::config::{Position, Side};
 use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
 use crate::ir::Element;
 use crate::json;
+use crate::layout::Layout;
 use crate::load::LoadedEdge;
 use crate::schema::MethodSchema;
 use crate::wire;
@@ -288,7 +289,7 @@ impl PartialOrd for Event {
 struct InFlight {
     info: RpcInfo,
     method: usize,
-    /// Each segment the request entered: its first element, how many of its elements
+    /// Each segment the request entered: its first chain position, how many of its elements
     /// forwarded the request (their `resp` handlers run), and the replica it ran on.
     segments: Vec<(usize, usize, String)>,
     outcome: Outcome,
@@ -427,7 +428,7 @@ pub fn simulate(
     opts: SimOptions,
     sync_interval: f64,
 ) -> Result<SimReport, SimError> {
-    simulate_with(edge, trace, opts, sync_interval, &Interp)
+    run(edge, trace, opts, sync_interval, None, &Interp)
 }
 
 /// Simulates an edge over a trace, running handlers with `executor`.
@@ -438,8 +439,43 @@ pub fn simulate_with(
     sync_interval: f64,
     executor: &dyn Executor,
 ) -> Result<SimReport, SimError> {
+    run(edge, trace, opts, sync_interval, None, executor)
+}
+
+/// Simulates an edge with its elements in another order and on other sides (a planner's
+/// layout), everything else as [`simulate`] does. The planner's soundness test compares the
+/// two: an equivalent layout must produce the same report.
+pub fn simulate_layout(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+    layout: &Layout,
+) -> Result<SimReport, SimError> {
+    let names: Vec<&str> = edge.elements.iter().map(|e| e.use_.name.as_str()).collect();
+    layout.validate(&names).map_err(|e| SimError::Element {
+        element: "-".into(),
+        message: format!("invalid layout: {e}"),
+    })?;
+    run(edge, trace, opts, sync_interval, Some(layout), &Interp)
+}
+
+fn run(
+    edge: &LoadedEdge,
+    trace: &[TraceLine],
+    opts: SimOptions,
+    sync_interval: f64,
+    layout: Option<&Layout>,
+    executor: &dyn Executor,
+) -> Result<SimReport, SimError> {
+    let order = match layout {
+        Some(l) => l.order.clone(),
+        None => (0..edge.elements.len()).collect(),
+    };
     let mut sim = Sim {
         edge,
+        layout,
+        order,
         executor,
         slots: Vec::new(),
         opts,
@@ -567,6 +603,10 @@ fn snapshot(store: &mut (dyn StateStore + Send)) -> BTreeMap<String, Value> {
 
 struct Sim<'a> {
     edge: &'a LoadedEdge,
+    /// An explicit order and sides ([`simulate_layout`]); `None` runs the configured chain.
+    layout: Option<&'a Layout>,
+    /// Element index at each chain position: the layout's order, or the configured one.
+    order: Vec<usize>,
     executor: &'a dyn Executor,
     opts: SimOptions,
     clock: VirtualClock,
@@ -597,6 +637,9 @@ impl Sim<'_> {
     }
 
     fn side(&self, k: usize) -> Side {
+        if let Some(l) = self.layout {
+            return l.sides[k];
+        }
         let el = &self.edge.elements[k];
         match el.position {
             Position::Client | Position::PairFirst(_) => Side::Client,
@@ -721,11 +764,13 @@ impl Sim<'_> {
     /// One past the last element of the segment that starts at `k`: consecutive elements on
     /// the same side, ended after a server-side element that may route the request (the next
     /// one's replica depends on the header it sets).
-    fn segment_end(&self, k: usize, method: &MethodSchema) -> Result<usize, SimError> {
-        let side = self.side(k);
-        let mut end = k + 1;
-        while end < self.edge.elements.len() && self.side(end) == side {
-            if side == Side::Server && sets_headers(&*self.ir(end - 1, method)?) {
+    /// The end (exclusive) of the segment that starts at chain position `start`: the
+    /// neighbouring positions on the same side.
+    fn segment_end(&self, start: usize, method: &MethodSchema) -> Result<usize, SimError> {
+        let side = self.side(self.order[start]);
+        let mut end = start + 1;
+        while end < self.order.len() && self.side(self.order[end]) == side {
+            if side == Side::Server && sets_headers(&*self.ir(self.order[end - 1], method)?) {
                 break;
             }
             end += 1;
@@ -786,12 +831,16 @@ impl Sim<'_> {
             early_response: None,
             server_request: None,
         };
-        let n = self.edge.elements.len();
+        let n = self.order.len();
         let mut k = 0;
         while k < n {
-            let replica = self.replica_for(k, &r.src, &msg);
+            let replica = self.replica_for(self.order[k], &r.src, &msg);
             let mut end = self.segment_end(k, &method)?;
-            if (k..end).any(|j| !self.instances.contains_key(&(j, replica.clone()))) {
+            if (k..end).any(|j| {
+                !self
+                    .instances
+                    .contains_key(&(self.order[j], replica.clone()))
+            }) {
                 // An instance comes to life (and runs `init`) only when a request first
                 // reaches its element, so a segment with a missing instance runs one element
                 // at a time until all of them exist.
@@ -800,8 +849,8 @@ impl Sim<'_> {
             let mut irs = Vec::with_capacity(end - k);
             let mut slots = Vec::with_capacity(end - k);
             for j in k..end {
-                irs.push(self.ir(j, &method)?);
-                slots.push(self.instance(j, &replica, &method)?);
+                irs.push(self.ir(self.order[j], &method)?);
+                slots.push(self.instance(self.order[j], &replica, &method)?);
             }
             let mut instances = borrow_instances(&mut self.slots, &slots);
             let mut host = Host {
@@ -812,20 +861,21 @@ impl Sim<'_> {
                 .executor
                 .request(&irs, &mut instances, msg, &flight.info, &mut host);
             flight.segments.push((k, done.decided, replica));
+            // Past the end when every element forwarded; only read on a rejection or reply.
             let by = k + done.decided;
             match done.verdict {
                 Verdict::Forward(m) => msg = m,
                 Verdict::Reject { code, message } => {
                     flight.outcome = Outcome::Rejected;
                     flight.info.routed = done.routed;
-                    flight.by = Some(self.edge.elements[by].use_.name.clone());
+                    flight.by = Some(self.edge.elements[self.order[by]].use_.name.clone());
                     flight.early_response = Some(Message::error(code, message));
                     return Ok(flight);
                 }
                 Verdict::Reply(m) => {
                     flight.outcome = Outcome::Replied;
                     flight.info.routed = done.routed;
-                    flight.by = Some(self.edge.elements[by].use_.name.clone());
+                    flight.by = Some(self.edge.elements[self.order[by]].use_.name.clone());
                     flight.early_response = Some(m);
                     return Ok(flight);
                 }
@@ -865,8 +915,8 @@ impl Sim<'_> {
             let mut irs = Vec::with_capacity(*ran);
             let mut slots = Vec::with_capacity(*ran);
             for j in *k..*k + *ran {
-                irs.push(self.ir(j, &method)?);
-                slots.push(self.instance(j, replica, &method)?);
+                irs.push(self.ir(self.order[j], &method)?);
+                slots.push(self.instance(self.order[j], replica, &method)?);
             }
             let mut instances = borrow_instances(&mut self.slots, &slots);
             let mut host = Host {

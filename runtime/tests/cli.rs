@@ -268,3 +268,123 @@ fn bench_prints_nanoseconds_per_rpc_for_both_executors() {
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("--message"), "{}", stderr(&bad));
 }
+
+#[test]
+fn plan_places_figure3_and_prints_segments_cost_and_reasons() {
+    let out = weft(&[
+        "plan",
+        "--config",
+        "examples/planner/weft.yaml",
+        "--edge",
+        "figure3",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: Json = serde_json::from_str(&stdout(&out)).unwrap();
+    let element = |name: &str| {
+        plan["elements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    // The rate limiter's shared counts are keyed per server replica: on the server side they
+    // need no synchronisation, which saves w_strong = 2 for 0.1 of another lib segment.
+    assert_eq!(element("ratelimit_replica")["side"], "server");
+    assert_eq!(element("logging")["processor"], "lib");
+    assert!(
+        element("ratelimit_replica")["position"].as_u64()
+            < element("firewall")["position"].as_u64()
+    );
+    let segments = plan["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 2);
+    assert_eq!(
+        segments[1]["elements"],
+        serde_json::json!(["ratelimit_replica", "firewall"])
+    );
+    // client/lib: 0.5 * (1 + 1) + 0.1; server/lib: 0.5 * (0.95 + 0.95^2) + 0.1.
+    let cost = plan["cost"].as_f64().unwrap();
+    assert!(
+        (cost - (1.1 + 0.5 * (0.95 + 0.9025) + 0.1)).abs() < 1e-6,
+        "{cost}"
+    );
+    assert!(plan["reasons"].as_array().unwrap().len() >= 4);
+
+    let out = weft(&["plan", "--config", "examples/planner/weft.yaml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("edge figure3") && text.contains("edge figure6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("segments (each fused into one function)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn equiv_answers_with_a_reason_and_exit_code() {
+    let args = |order: &str, consistency: &str| {
+        weft(&[
+            "equiv",
+            "--config",
+            "examples/planner/weft.yaml",
+            "--edge",
+            "figure6",
+            "--order",
+            order,
+            "--consistency",
+            consistency,
+        ])
+    };
+    let out = args("logging,loadbalance,firewall", "strong");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Figure 6, option 1: the logger behind the balancer records the routed `dst`.
+    let out = args("loadbalance,logging,firewall", "weak");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = args("loadbalance,logging,firewall", "strong");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stdout(&out).contains("`logging`"), "{}", stdout(&out));
+    // Option 2: the balancer behind the firewall stops counting rejected requests.
+    let out = args("logging,firewall,loadbalance", "weak");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stdout(&out).contains("state `next`"), "{}", stdout(&out));
+    // Mistakes in the order are usage errors.
+    let out = args("logging,firewal,loadbalance", "weak");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("did you mean `firewall`?"),
+        "{}",
+        stderr(&out)
+    );
+    let out = args("logging,firewall", "weak");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("missing: loadbalance"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plan_reports_contradictory_pins_naming_edge_and_element() {
+    let dir = std::env::temp_dir().join(format!("weft-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "protos: [{}]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - {{element: metrics, processor: nic}}\n",
+            root().join("examples/echo/echo.proto").display()
+        ),
+    )
+    .unwrap();
+    let out = weft(&["plan", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("edge `a->b`, element `metrics`"), "{err}");
+    assert!(err.contains("channel `latency`"), "{err}");
+}

@@ -1,4 +1,5 @@
-//! `weft`: check elements, print their properties, simulate a chain over a trace.
+//! `weft`: check elements, print their properties, simulate a chain over a trace, plan
+//! where a chain's elements run and check that a reordering is equivalent.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -7,10 +8,10 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use weft_ir::check::{CheckEnv, check};
-use weft_ir::config::Config;
+use weft_ir::config::{Config, Observation};
 use weft_ir::diag::{Diagnostic, SourceFile, has_errors, render_all};
 use weft_ir::ir::Params;
-use weft_ir::load::{LoadError, load_edge};
+use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
 use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
@@ -92,6 +93,38 @@ enum Command {
         #[arg(long)]
         message: Option<String>,
     },
+    /// Plan where each element runs: the cheapest order, sides and processors equivalent to
+    /// the configured chain, with the segments that get fused and the reasons.
+    Plan {
+        #[arg(long)]
+        config: PathBuf,
+        /// Plan one edge (default: every edge).
+        #[arg(long)]
+        edge: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Observation consistency to keep (default: the edge's `consistency`).
+        #[arg(long, value_enum)]
+        consistency: Option<Consistency>,
+        /// Time budget per edge, milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        budget_ms: u64,
+    },
+    /// Is this order of an edge's elements (each on its configured side) equivalent to the
+    /// configured chain? Prints the reason; exit 0 if equivalent, 3 if not.
+    Equiv {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        edge: String,
+        /// Every element of the edge, by instance name, in the order a request meets them.
+        #[arg(long, value_delimiter = ',', required = true)]
+        order: Vec<String>,
+        /// Observation consistency (default: the edge's `consistency`).
+        #[arg(long, value_enum)]
+        consistency: Option<Consistency>,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,6 +138,21 @@ enum BenchExecutor {
     Interp,
     Jit,
     Both,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Consistency {
+    Strong,
+    Weak,
+}
+
+impl From<Consistency> for Observation {
+    fn from(c: Consistency) -> Observation {
+        match c {
+            Consistency::Strong => Observation::Strong,
+            Consistency::Weak => Observation::Weak,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -152,6 +200,25 @@ fn main() -> ExitCode {
             n,
             message,
         } => cmd_bench(&config, &edge, executor, n, message.as_deref()),
+        Command::Plan {
+            config,
+            edge,
+            json,
+            consistency,
+            budget_ms,
+        } => cmd_plan(
+            &config,
+            edge.as_deref(),
+            json,
+            consistency.map(Into::into),
+            budget_ms,
+        ),
+        Command::Equiv {
+            config,
+            edge,
+            order,
+            consistency,
+        } => cmd_equiv(&config, &edge, &order, consistency.map(Into::into)),
     };
     match result {
         Ok(code) => code,
@@ -420,6 +487,119 @@ fn cmd_sim(
             .with_context(|| path.display().to_string())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Loads an edge; element source errors are printed with their carets (exit 1).
+fn load_or_report(cfg: &Config, edge: &str) -> Result<Result<LoadedEdge, ExitCode>> {
+    match load_edge(cfg, edge) {
+        Ok(l) => {
+            eprint!("{}", l.warnings);
+            Ok(Ok(l))
+        }
+        Err(LoadError::Diagnostics {
+            rendered,
+            count,
+            edge,
+        }) => {
+            eprint!("{rendered}");
+            eprintln!("weft: {count} error(s) in the elements of edge `{edge}`");
+            Ok(Err(ExitCode::from(1)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn cmd_plan(
+    config: &Path,
+    edge: Option<&str>,
+    json: bool,
+    consistency: Option<Observation>,
+    budget_ms: u64,
+) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let edges: Vec<String> = match edge {
+        Some(e) => vec![cfg.edge(e)?.name.clone()],
+        None => cfg.edges.iter().map(|e| e.name.clone()).collect(),
+    };
+    let opts = weft_ir::plan::PlanOptions {
+        time_budget: std::time::Duration::from_millis(budget_ms),
+        consistency,
+        ..Default::default()
+    };
+    let table = weft_ir::cost::CostTable::paper();
+    let mut plans = Vec::new();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for name in &edges {
+        let loaded = match load_or_report(&cfg, name)? {
+            Ok(l) => l,
+            Err(code) => return Ok(code),
+        };
+        let plan = weft_ir::plan::plan_edge(&loaded, &table, &opts)?;
+        if json {
+            plans.push(plan.to_json());
+        } else {
+            write!(out, "{}", plan.render_text())?;
+        }
+    }
+    if json {
+        let doc = if plans.len() == 1 {
+            plans.remove(0)
+        } else {
+            serde_json::Value::Array(plans)
+        };
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_equiv(
+    config: &Path,
+    edge: &str,
+    order: &[String],
+    consistency: Option<Observation>,
+) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let loaded = match load_or_report(&cfg, edge)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let mut checker = weft_ir::equiv::Checker::new(&loaded)?;
+    let names = checker.names().to_vec();
+    let mut idx = Vec::with_capacity(order.len());
+    for name in order {
+        let Some(k) = names.iter().position(|n| n == name.trim()) else {
+            let hint = weft_ir::diag::did_you_mean(name.trim(), names.iter().map(String::as_str))
+                .unwrap_or_else(|| format!("its elements: {}", names.join(", ")));
+            bail!("edge `{edge}` has no element `{}`; {hint}", name.trim());
+        };
+        if idx.contains(&k) {
+            bail!("--order names `{}` twice", names[k]);
+        }
+        idx.push(k);
+    }
+    if idx.len() != names.len() {
+        let missing: Vec<&str> = (0..names.len())
+            .filter(|k| !idx.contains(k))
+            .map(|k| names[k].as_str())
+            .collect();
+        bail!(
+            "--order must list every element of edge `{edge}`; missing: {}",
+            missing.join(", ")
+        );
+    }
+    let layout = weft_ir::layout::Layout {
+        order: idx,
+        sides: checker.canonical().sides.clone(),
+    };
+    let obs = consistency.unwrap_or(loaded.edge.consistency);
+    let verdict = checker.check(&layout, obs);
+    println!("{}", verdict.reason);
+    Ok(if verdict.equivalent {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }
 
 /// One readable line per RPC, for people (`make demo`).

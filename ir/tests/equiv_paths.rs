@@ -1,0 +1,215 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The checker on the cases its model is about: the response path, rejections travelling
+//! up, per-instance state and sides, shared state, encrypt/decrypt pairs. Each expectation
+//! follows from the element sources, stated next to it.
+
+mod planner_common;
+
+use weft_ir::config::{Observation, Side};
+use weft_ir::equiv::{Checker, Verdict};
+use weft_ir::layout::Layout;
+
+fn checker(chain: &str) -> Checker {
+    Checker::new(&planner_common::load(chain).unwrap()).unwrap()
+}
+
+/// The configured layout with `order` (names) and the given sides (`name=server`).
+fn check(c: &mut Checker, order: &[&str], server: &[&str], obs: Observation) -> Verdict {
+    let names = c.names().to_vec();
+    let idx = |n: &str| names.iter().position(|x| x == n).unwrap();
+    let mut sides = c.canonical().sides.clone();
+    for s in server {
+        sides[idx(s)] = Side::Server;
+    }
+    let layout = Layout {
+        order: order.iter().map(|n| idx(n)).collect(),
+        sides,
+    };
+    c.check(&layout, obs)
+}
+
+#[test]
+fn a_response_header_written_below_is_read_above() {
+    // respguard reads the response's `x-user` on the way back; tagger writes it in its own
+    // response handler. With tagger after respguard (closer to the server), tagger's resp
+    // runs first and respguard sees the header; swapped, it does not.
+    let mut c = checker("    consistency: weak\n    any: [respguard, tagger]\n");
+    let v = check(&mut c, &["tagger", "respguard"], &[], Observation::Weak);
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`respguard`")
+            && v.reason.contains("header `x-user`")
+            && v.reason.contains("tagger")
+            && v.reason.contains("response path"),
+        "{}",
+        v.reason
+    );
+}
+
+#[test]
+fn rejections_travel_up_through_earlier_response_handlers() {
+    // metrics counts failed responses in its resp handler; firewall's rejections reach
+    // metrics' resp only when metrics is ahead of firewall.
+    let mut c = checker(
+        "    consistency: weak\n    any: [metrics, {element: firewall, name: firewall, params: {field: user, deny: [eve]}}]\n",
+    );
+    let v = check(&mut c, &["firewall", "metrics"], &[], Observation::Weak);
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`metrics`") && v.reason.contains("`firewall`"),
+        "{}",
+        v.reason
+    );
+    // logging has no state: under weak consistency its records do not count, so it may
+    // move behind the firewall; under strong it may not (it would stop logging rejected
+    // requests).
+    let mut c = checker(
+        "    any: [logging, {element: firewall, name: firewall, params: {field: user, deny: [eve]}}]\n",
+    );
+    assert!(check(&mut c, &["firewall", "logging"], &[], Observation::Weak).equivalent);
+    let v = check(&mut c, &["firewall", "logging"], &[], Observation::Strong);
+    assert!(
+        !v.equivalent && v.reason.contains("channel `log`"),
+        "{}",
+        v.reason
+    );
+}
+
+#[test]
+fn local_state_keeps_its_side_and_shared_state_moves() {
+    // The standard ratelimit keeps its bucket in local state: one per calling replica on the
+    // client side, one per server replica on the server side.
+    let mut c = checker("    any: [ratelimit]\n");
+    let v = check(&mut c, &["ratelimit"], &["ratelimit"], Observation::Weak);
+    assert!(!v.equivalent);
+    assert!(v.reason.contains("local state `tokens`"), "{}", v.reason);
+    // users_strong counts in strong shared state that init does not touch: one variable
+    // wherever it runs.
+    let mut c = checker("    any: [users_strong]\n");
+    assert!(
+        check(
+            &mut c,
+            &["users_strong"],
+            &["users_strong"],
+            Observation::Strong
+        )
+        .equivalent
+    );
+    // boot_strong's init writes its shared counter, and every instance that starts runs init.
+    let mut c = checker("    any: [boot_strong]\n");
+    let v = check(
+        &mut c,
+        &["boot_strong"],
+        &["boot_strong"],
+        Observation::Strong,
+    );
+    assert!(!v.equivalent);
+    assert!(v.reason.contains("re-initialises"), "{}", v.reason);
+    // A firewall only reads state its init wrote: the same in every instance.
+    let mut c = checker(
+        "    any: [{element: firewall, name: firewall, params: {field: user, deny: [eve]}}]\n",
+    );
+    assert!(check(&mut c, &["firewall"], &["firewall"], Observation::Strong).equivalent);
+}
+
+#[test]
+fn weak_replicas_and_random_streams_are_per_instance() {
+    let mut c = checker("    any: [hits_weak]\n");
+    let v = check(&mut c, &["hits_weak"], &["hits_weak"], Observation::Weak);
+    assert!(
+        !v.equivalent && v.reason.contains("weak replica"),
+        "{}",
+        v.reason
+    );
+    let mut c = checker("    any: [fault]\n");
+    let v = check(&mut c, &["fault"], &["fault"], Observation::Weak);
+    assert!(
+        !v.equivalent && v.reason.contains("random stream"),
+        "{}",
+        v.reason
+    );
+}
+
+#[test]
+fn encrypt_and_decrypt_cancel_when_nothing_touches_the_field_between() {
+    let pair = "    pair:\n      - [{element: encrypt, name: enc, params: {field: body, key: k}}, {element: decrypt, name: dec, params: {field: body, key: k}}]\n";
+    // A firewall on `user` sits between the pair in the configured chain (any elements run
+    // between the two halves); it does not touch `body`, so it may run after decrypt.
+    let mut c = checker(&format!(
+        "    any: [{{element: firewall, name: fw, params: {{field: user, deny: [eve]}}}}]\n{pair}"
+    ));
+    assert_eq!(c.names(), ["enc", "fw", "dec"]);
+    assert!(check(&mut c, &["enc", "dec", "fw"], &["fw"], Observation::Strong).equivalent);
+    // A firewall on `body` reads the ciphertext there; after decrypt it would read the
+    // plaintext.
+    let mut c = checker(&format!(
+        "    any: [{{element: firewall, name: fw, params: {{field: body, deny: [eve]}}}}]\n{pair}"
+    ));
+    let v = check(&mut c, &["enc", "dec", "fw"], &["fw"], Observation::Strong);
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`fw`") && v.reason.contains("`body`"),
+        "{}",
+        v.reason
+    );
+    // A mutation of `body` between them changes the ciphertext, so decrypt can reject: it
+    // may not leave the pair either.
+    let mut c = checker(&format!(
+        "    any: [{{element: mutation, name: mu, params: {{field: body}}}}]\n{pair}"
+    ));
+    assert!(!check(&mut c, &["enc", "dec", "mu"], &["mu"], Observation::Weak).equivalent);
+}
+
+#[test]
+fn a_stopped_request_reports_its_routing() {
+    // headerguard rejects; a stopped request is reported with the `dst` it had, so a router
+    // may not move across a stopper even when neither has state. dynheader writes a header
+    // named by `user` — possibly `dst`.
+    let mut c = checker("    consistency: weak\n    any: [dynheader, headerguard]\n");
+    assert!(
+        !check(
+            &mut c,
+            &["headerguard", "dynheader"],
+            &[],
+            Observation::Weak
+        )
+        .equivalent
+    );
+}
+
+#[test]
+fn a_write_to_a_nested_field_overlaps_a_read_of_its_parent() {
+    use std::path::Path;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "protos: [{}]\nelement_paths: [{}]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: nested.Svc/Call\n    any:\n      - {{element: mutation, name: mu, params: {{field: who.name}}}}\n      - who_size\n      - {{element: mutation, name: mu_body, params: {{field: body}}}}\n",
+        root.join("tests/protos/planner_nested.proto").display(),
+        root.join("tests/elements").display(),
+    );
+    let cfg = weft_ir::config::Config::parse("weft.yaml", root, &text).unwrap();
+    let edge = weft_ir::load::load_edge(&cfg, "a->b").unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    // who_size measures `who`, which contains `who.name`, which mu prefixes.
+    let v = check(
+        &mut c,
+        &["who_size", "mu", "mu_body"],
+        &[],
+        Observation::Strong,
+    );
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`who_size`") && v.reason.contains("`mu`"),
+        "{}",
+        v.reason
+    );
+    // `body` is not inside `who`: mu_body may move ahead of who_size.
+    assert!(
+        check(
+            &mut c,
+            &["mu", "mu_body", "who_size"],
+            &[],
+            Observation::Strong
+        )
+        .equivalent
+    );
+}
