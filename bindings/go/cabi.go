@@ -1,0 +1,316 @@
+package weft
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../runtime/include
+#cgo !weft_external,!weft_debug LDFLAGS: ${SRCDIR}/../../target/release/libweft_runtime.a
+#cgo !weft_external,weft_debug LDFLAGS: ${SRCDIR}/../../target/debug/libweft_runtime.a
+#cgo LDFLAGS: -ldl -lm -lpthread -lgcc_s -lrt -lutil
+
+#include <stdlib.h>
+#include <string.h>
+#include "weft.h"
+
+// The helpers below keep every RPC at one cgo call: growing an output buffer and reading the
+// thread-local error text happen on the C side of that call. weft_last_error is per OS
+// thread, and a goroutine may move to another thread between two cgo calls, so it must be
+// read inside the same call that failed.
+
+static void go_weft_copy_error(char *err, size_t cap) {
+	const char *e = weft_last_error();
+	if (cap == 0) return;
+	if (e == NULL) { err[0] = 0; return; }
+	size_t n = strlen(e);
+	if (n >= cap) n = cap - 1;
+	memcpy(err, e, n);
+	err[n] = 0;
+}
+
+static int go_weft_grow(WeftBuf *b) {
+	if (b->len <= b->cap) return 1;
+	uint8_t *p = realloc(b->ptr, b->len);
+	if (p == NULL) return 0;
+	b->ptr = p;
+	b->cap = b->len;
+	return 1;
+}
+
+static int32_t go_weft_finish(WeftRuntime *rt, WeftCall *c, int32_t rc, char *err, size_t errcap) {
+	if (rc == WEFT_E_BUFFER) {
+		if (go_weft_grow(&c->out_message) && go_weft_grow(&c->out_metadata) && go_weft_grow(&c->route)) {
+			rc = weft_call_output(rt, c);
+		}
+	}
+	if (rc != WEFT_OK && rc != WEFT_E_NO_EDGE) go_weft_copy_error(err, errcap);
+	return rc;
+}
+
+static int32_t go_weft_request(WeftRuntime *rt, int32_t side, WeftCall *c, char *err, size_t errcap) {
+	return go_weft_finish(rt, c, weft_request(rt, side, c), err, errcap);
+}
+
+static int32_t go_weft_response(WeftRuntime *rt, int32_t side, WeftCall *c, char *err, size_t errcap) {
+	return go_weft_finish(rt, c, weft_response(rt, side, c), err, errcap);
+}
+
+static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char *base, const char *service,
+                                 char *err, size_t errcap) {
+	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service) : weft_open(path, service);
+	if (rt == NULL) go_weft_copy_error(err, errcap);
+	return rt;
+}
+
+static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *base, char *err, size_t errcap) {
+	int32_t rc = yaml ? weft_reload_yaml(rt, yaml, base) : weft_reload(rt);
+	if (rc != WEFT_OK) go_weft_copy_error(err, errcap);
+	return rc;
+}
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+const (
+	sideClient = C.WEFT_SIDE_CLIENT
+	sideServer = C.WEFT_SIDE_SERVER
+
+	verdictForward = C.WEFT_VERDICT_FORWARD
+	verdictReject  = C.WEFT_VERDICT_REJECT
+	verdictReply   = C.WEFT_VERDICT_REPLY
+
+	rcOK       = C.WEFT_OK
+	rcArgument = C.WEFT_E_ARGUMENT
+	rcConfig   = C.WEFT_E_CONFIG
+	rcNoEdge   = C.WEFT_E_NO_EDGE
+	rcBuffer   = C.WEFT_E_BUFFER
+	rcPanic    = C.WEFT_E_PANIC
+)
+
+// Diagnostics for a broken element can be long (source line, caret, hint, several errors);
+// anything past this is cut, which an operator still reads as the first errors.
+const errCap = 16 << 10
+
+// cbuf is a growable byte buffer in C memory. Everything the library reads or writes lives in
+// C memory, so no Go pointer crosses the boundary: no pinning and no cgocheck work per call.
+type cbuf struct {
+	p   unsafe.Pointer
+	len int
+	cap int
+}
+
+func (b *cbuf) reserve(n int) {
+	if n <= b.cap {
+		return
+	}
+	c := b.cap * 2
+	if c < n {
+		c = n
+	}
+	if c < 256 {
+		c = 256
+	}
+	p := C.realloc(b.p, C.size_t(c))
+	if p == nil {
+		panic("weft: out of memory growing a call buffer")
+	}
+	b.p, b.cap = p, c
+}
+
+func (b *cbuf) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.cap)[:b.len] }
+
+func (b *cbuf) set(data []byte) {
+	b.reserve(len(data))
+	b.len = copy(unsafe.Slice((*byte)(b.p), b.cap), data)
+}
+
+func (b *cbuf) appendString(s string) {
+	b.reserve(b.len + len(s))
+	b.len += copy(unsafe.Slice((*byte)(b.p), b.cap)[b.len:], s)
+}
+
+func (b *cbuf) appendU32(v uint32) {
+	b.reserve(b.len + 4)
+	d := unsafe.Slice((*byte)(b.p), b.cap)[b.len:]
+	d[0], d[1], d[2], d[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	b.len += 4
+}
+
+// appendPair writes one metadata entry in the contract's encoding.
+func (b *cbuf) appendPair(k, v string) {
+	b.appendU32(uint32(len(k)))
+	b.appendString(k)
+	b.appendU32(uint32(len(v)))
+	b.appendString(v)
+}
+
+func (b *cbuf) free() {
+	C.free(b.p)
+	b.p, b.len, b.cap = nil, 0, 0
+}
+
+// callMem is the C memory of one callState. It is a separate object so that the cleanup
+// that frees it does not keep the callState itself reachable.
+type callMem struct {
+	c   *C.WeftCall
+	msg cbuf
+	md  cbuf
+	st  cbuf // status message of an error response
+	err *C.char
+}
+
+// callState is the per-RPC scratch: the C WeftCall, its input buffers and the error text.
+// Pooled, so a steady stream of RPCs allocates nothing here.
+type callState struct {
+	*callMem
+
+	// interned keeps the strings of rewritten metadata (mostly the same weft-version and dst
+	// values over and over) so decoding them does not allocate each time.
+	interned map[string]string
+
+	raw rawMessage // reply holder for the client-side codec path
+}
+
+func newCallState() *callState {
+	m := &callMem{
+		c:   (*C.WeftCall)(C.calloc(1, C.size_t(unsafe.Sizeof(C.WeftCall{})))),
+		err: (*C.char)(C.malloc(errCap)),
+	}
+	m.msg.reserve(512)
+	m.md.reserve(512)
+	initOut(&m.c.out_message, 1024)
+	initOut(&m.c.out_metadata, 512)
+	initOut(&m.c.route, 64)
+	s := &callState{callMem: m, interned: make(map[string]string)}
+	// sync.Pool drops idle objects at GC without telling anyone; the C memory goes with them.
+	runtime.AddCleanup(s, freeCallMem, m)
+	return s
+}
+
+func freeCallMem(m *callMem) {
+	C.free(unsafe.Pointer(m.c.out_message.ptr))
+	C.free(unsafe.Pointer(m.c.out_metadata.ptr))
+	C.free(unsafe.Pointer(m.c.route.ptr))
+	C.free(unsafe.Pointer(m.c))
+	C.free(unsafe.Pointer(m.err))
+	m.msg.free()
+	m.md.free()
+	m.st.free()
+}
+
+func initOut(b *C.WeftBuf, n int) {
+	b.ptr = (*C.uint8_t)(C.malloc(C.size_t(n)))
+	b.cap = C.size_t(n)
+	b.len = 0
+}
+
+func outBytes(b *C.WeftBuf) []byte {
+	if b.len == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(b.ptr)), int(b.len))
+}
+
+func (s *callState) errorText() string { return C.GoString(s.err) }
+
+// prepare fills the inputs that both directions share. The message and metadata must already
+// be in s.msg and s.md.
+func (s *callState) prepare(method cstr) {
+	c := s.c
+	c.method = (*C.uint8_t)(method.p)
+	c.method_len = C.size_t(method.n)
+	c.metadata = (*C.uint8_t)(s.md.p)
+	c.metadata_len = C.size_t(s.md.len)
+	c.message = (*C.uint8_t)(s.msg.p)
+	c.message_len = C.size_t(s.msg.len)
+	c.verdict, c.code = 0, 0
+	c.message_changed, c.metadata_changed = 0, 0
+	c.out_message.len, c.out_metadata.len, c.route.len = 0, 0, 0
+}
+
+func (s *callState) request(h *C.WeftRuntime, side C.int32_t, method cstr) C.int32_t {
+	s.prepare(method)
+	s.c.rpc = 0
+	s.c.status_code = 0
+	s.c.status_message_len = 0
+	return C.go_weft_request(h, side, s.c, s.err, errCap)
+}
+
+// response runs the response path of the RPC that request returned rpc for. code != 0 is an
+// error response (the message buffer is then ignored).
+func (s *callState) response(h *C.WeftRuntime, side C.int32_t, method cstr, rpc uint64, code int32, msg string) C.int32_t {
+	s.prepare(method)
+	s.c.rpc = C.uint64_t(rpc)
+	s.c.status_code = C.int32_t(code)
+	if code != 0 {
+		s.c.message_len = 0
+		s.st.len = 0
+		s.st.appendString(msg)
+		s.c.status_message = (*C.uint8_t)(s.st.p)
+		s.c.status_message_len = C.size_t(s.st.len)
+	} else {
+		s.c.status_message = nil
+		s.c.status_message_len = 0
+	}
+	return C.go_weft_response(h, side, s.c, s.err, errCap)
+}
+
+func abandon(h *C.WeftRuntime, rpc uint64) {
+	if rpc != 0 {
+		C.weft_rpc_abandon(h, C.uint64_t(rpc))
+	}
+}
+
+// cstr is a method name copied once into C memory; methods are few and live as long as the
+// process, so they are never freed.
+type cstr struct {
+	p unsafe.Pointer
+	n int
+}
+
+func newCstr(s string) cstr {
+	p := C.malloc(C.size_t(len(s) + 1))
+	d := unsafe.Slice((*byte)(p), len(s)+1)
+	copy(d, s)
+	d[len(s)] = 0
+	return cstr{p, len(s)}
+}
+
+func openRuntime(path, yaml, base, service string) (*C.WeftRuntime, string) {
+	err := (*C.char)(C.malloc(errCap))
+	defer C.free(unsafe.Pointer(err))
+	cpath, cyaml, cbase, csvc := cString(path), (*C.char)(nil), cString(base), cString(service)
+	defer C.free(unsafe.Pointer(cpath))
+	defer C.free(unsafe.Pointer(cbase))
+	defer C.free(unsafe.Pointer(csvc))
+	if yaml != "" {
+		cyaml = cString(yaml)
+		defer C.free(unsafe.Pointer(cyaml))
+	}
+	h := C.go_weft_open(cpath, cyaml, cbase, csvc, err, errCap)
+	if h == nil {
+		return nil, C.GoString(err)
+	}
+	return h, ""
+}
+
+func reloadRuntime(h *C.WeftRuntime, yaml, base string, fromText bool) string {
+	err := (*C.char)(C.malloc(errCap))
+	defer C.free(unsafe.Pointer(err))
+	var cyaml, cbase *C.char
+	if fromText {
+		cyaml, cbase = cString(yaml), cString(base)
+		defer C.free(unsafe.Pointer(cyaml))
+		defer C.free(unsafe.Pointer(cbase))
+	}
+	if C.go_weft_reload(h, cyaml, cbase, err, errCap) != rcOK {
+		return C.GoString(err)
+	}
+	return ""
+}
+
+func cString(s string) *C.char { return C.CString(s) }
+
+func closeRuntime(h *C.WeftRuntime)           { C.weft_close(h) }
+func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) }

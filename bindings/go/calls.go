@@ -1,0 +1,131 @@
+package weft
+
+/*
+#include "weft.h"
+*/
+import "C"
+
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// rcClosed is the binding's own code for a call on a closed Runtime.
+const rcClosed = -1
+
+// The lock is held only around the library call, never across the network: Close must not
+// wait for a slow server, and a stream may live for hours.
+func (r *Runtime) runRequest(s *callState, side C.int32_t, m cstr) C.int32_t {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return rcClosed
+	}
+	return s.request(r.h, side, m)
+}
+
+func (r *Runtime) runResponse(s *callState, side C.int32_t, m cstr, rpc uint64, code int32, msg string) C.int32_t {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return rcClosed
+	}
+	return s.response(r.h, side, m, rpc, code, msg)
+}
+
+func (r *Runtime) abandon(rpc uint64) {
+	if rpc == 0 {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h != nil {
+		abandon(r.h, rpc)
+	}
+}
+
+func failure(rc C.int32_t, s *callState, dir string) error {
+	if rc == rcClosed {
+		return status.Error(codes.Unavailable, ErrClosed.Error())
+	}
+	return callError(rc, s, dir)
+}
+
+// hasWeftCodec tells whether the call's options (the connection's defaults included, which
+// grpc-go merges in before interceptors run) install Weft's codec, so pre-encoded messages
+// can be passed down.
+func hasWeftCodec(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		if f, ok := o.(grpc.ForceCodecV2CallOption); ok {
+			_, mine := f.CodecV2.(*Codec)
+			return mine
+		}
+	}
+	return false
+}
+
+// encodeRequest marshals m once; the bytes are both what Weft reads and what gRPC sends.
+func encodeInto(s *callState, m proto.Message) (mem.BufferSlice, error) {
+	buf, err := marshalPooled(m)
+	if err != nil {
+		return nil, err
+	}
+	b, extra := contiguous(buf)
+	s.msg.set(b)
+	if extra != nil {
+		extra.Free()
+	}
+	return buf, nil
+}
+
+// copyOut gives gRPC its own copy of bytes held in C memory.
+func copyOut(b []byte) mem.BufferSlice {
+	if mem.IsBelowBufferPoolingThreshold(len(b)) {
+		return mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), b...))}
+	}
+	return mem.BufferSlice{mem.Copy(b, mem.DefaultBufferPool())}
+}
+
+// newMessageLike returns an empty message of m's type.
+func newMessageLike(m proto.Message) proto.Message { return m.ProtoReflect().New().Interface() }
+
+// newOutput returns an empty response message of a method, from the generated code's
+// registration, for a local reply when no response value is at hand.
+func newOutput(fullMethod string) (proto.Message, error) {
+	name := fullMethod
+	if len(name) > 0 && name[0] == '/' {
+		name = name[1:]
+	}
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			name = name[:i] + "." + name[i+1:]
+			break
+		}
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+	if err != nil {
+		return nil, err
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "%s is not a method", name)
+	}
+	t, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil, err
+	}
+	return t.New().Interface(), nil
+}
+
+func unmarshalInto(b []byte, m proto.Message, what string) error {
+	proto.Reset(m)
+	if err := proto.Unmarshal(b, m); err != nil {
+		return status.Errorf(codes.Internal, "weft: %s produced a message that does not decode: %v", what, err)
+	}
+	return nil
+}

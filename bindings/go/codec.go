@@ -1,0 +1,189 @@
+package weft
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codec is a grpc-go codec that lets the interceptors hand Weft the exact bytes that go on
+// the wire, so each message is marshalled and unmarshalled once:
+//
+//   - A *rawMessage going out is already encoded (by the interceptor, possibly rewritten by
+//     the chain) and is sent as is.
+//   - A *rawMessage coming in keeps a reference to the received bytes for the interceptor.
+//   - On a server, every decoded request also leaves its bytes for the unary server
+//     interceptor, keyed by the message it was decoded into (grpc-go decodes a unary request
+//     before the interceptor runs, and the interceptor needs the bytes, not the struct).
+//
+// Everything else is plain protobuf, exactly as grpc-go's own codec does it. Install it with
+// Runtime.DialOptions / Runtime.ServerOptions (or ForceCodecV2 / ForceServerCodecV2).
+type Codec struct {
+	// server: keep request bytes for the unary server interceptor. Off on clients, where
+	// nothing would take them.
+	server bool
+}
+
+var _ encoding.CodecV2 = (*Codec)(nil)
+
+// rawMessage carries encoded protobuf bytes through grpc-go's message APIs.
+type rawMessage struct {
+	buf mem.BufferSlice
+	// transfer: grpc-go gets the interceptor's reference instead of a new one, for a server
+	// response that outlives the interceptor.
+	transfer bool
+}
+
+var (
+	clientCodec = &Codec{}
+	serverCodec = &Codec{server: true}
+)
+
+// Name is "proto": the wire format is unchanged, peers without Weft interoperate.
+func (*Codec) Name() string { return "proto" }
+
+// Marshal hands grpc-go its own reference to the bytes: grpc-go frees what Marshal returns,
+// and the interceptor frees the reference it keeps.
+func (*Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*rawMessage); ok {
+		if !r.transfer {
+			r.buf.Ref()
+		}
+		return r.buf, nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("weft codec: cannot marshal %T: not a protobuf message", v)
+	}
+	return marshalPooled(m)
+}
+
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*rawMessage); ok {
+		data.Ref()
+		r.buf = data
+		return nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("weft codec: cannot unmarshal into %T: not a protobuf message", v)
+	}
+	var err error
+	if len(data) == 1 {
+		err = proto.Unmarshal(data[0].ReadOnlyData(), m)
+	} else {
+		b := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		err = proto.Unmarshal(b.ReadOnlyData(), m)
+		b.Free()
+	}
+	if !c.server {
+		return err
+	}
+	// A request that does not decode still goes to the interceptor: grpc-go would answer
+	// INTERNAL for a codec error, but bad input from a caller is INVALID_ARGUMENT, and the
+	// chain (which reads the wire bytes) may have its own answer first.
+	data.Ref()
+	requestBytes.put(m, stashed{buf: data, err: err})
+	return nil
+}
+
+// marshalPooled encodes m the way grpc-go's proto codec does: small messages in a fresh slice,
+// large ones in a buffer from grpc-go's pool that returns there when freed.
+func marshalPooled(m proto.Message) (mem.BufferSlice, error) {
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true}
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	bp := pool.Get(size)
+	b, err := opts.MarshalAppend((*bp)[:0], m)
+	if err != nil {
+		pool.Put(bp)
+		return nil, err
+	}
+	*bp = b
+	return mem.BufferSlice{mem.NewBuffer(bp, pool)}, nil
+}
+
+// contiguous returns the bytes of a BufferSlice without copying in the common single-buffer
+// case. The second result must be freed after use when non-nil.
+func contiguous(s mem.BufferSlice) ([]byte, mem.Buffer) {
+	switch len(s) {
+	case 0:
+		return nil, nil
+	case 1:
+		return s[0].ReadOnlyData(), nil
+	}
+	b := s.MaterializeToBuffer(mem.DefaultBufferPool())
+	return b.ReadOnlyData(), b
+}
+
+// byteStash holds the received bytes of unary server requests from the codec to the
+// interceptor. A request whose interceptor never runs (another interceptor failed the call
+// first, or the codec is installed without Weft's interceptor) would stay here, so a shard
+// that grows past its bound is emptied; the interceptor then marshals the message itself.
+type stashed struct {
+	buf mem.BufferSlice
+	err error // the request did not decode
+}
+
+type byteStash struct {
+	shards [16]stashShard
+}
+
+type stashShard struct {
+	mu sync.Mutex
+	m  map[unsafe.Pointer]stashed
+	_  [40]byte // keep shards on separate cache lines
+}
+
+const stashBound = 4096
+
+var requestBytes byteStash
+
+func msgKey(m proto.Message) unsafe.Pointer {
+	// The data word of the interface: the message's address, unique while it is in flight.
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&m))[1]
+}
+
+func (s *byteStash) shard(k unsafe.Pointer) *stashShard {
+	return &s.shards[(uintptr(k)>>6)%uintptr(len(s.shards))]
+}
+
+func (s *byteStash) put(m proto.Message, b stashed) {
+	k := msgKey(m)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	if sh.m == nil || len(sh.m) >= stashBound {
+		for _, old := range sh.m {
+			old.buf.Free()
+		}
+		sh.m = make(map[unsafe.Pointer]stashed, 64)
+	}
+	if old, ok := sh.m[k]; ok {
+		old.buf.Free()
+	}
+	sh.m[k] = b
+	sh.mu.Unlock()
+}
+
+func (s *byteStash) take(m proto.Message) (stashed, bool) {
+	k := msgKey(m)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	b, ok := sh.m[k]
+	if ok {
+		delete(sh.m, k)
+	}
+	sh.mu.Unlock()
+	return b, ok
+}

@@ -1,0 +1,58 @@
+package weft
+
+import (
+	"encoding/binary"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// encodeMD writes md in the contract's encoding into s.md. gRPC keeps keys lower-case when md
+// was built with its helpers; a hand-built MD may not, and the library expects lower case.
+func (s *callState) encodeMD(md metadata.MD) {
+	s.md.len = 0
+	for k, vs := range md {
+		if hasUpper(k) {
+			k = strings.ToLower(k)
+		}
+		for _, v := range vs {
+			s.md.appendPair(k, v)
+		}
+	}
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeMD reads the complete metadata the chain produced. Keys and values are interned per
+// call state: the rewritten metadata is mostly the same weft-version and dst strings.
+func (s *callState) decodeMD(b []byte) metadata.MD {
+	md := make(metadata.MD, 4)
+	for len(b) >= 4 {
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) {
+			break
+		}
+		k := s.intern(b[:n])
+		b = b[n:]
+		if len(b) < 4 {
+			break
+		}
+		n = int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) {
+			break
+		}
+		v := s.intern(b[:n])
+		b = b[n:]
+		md[k] = append(md[k], v)
+	}
+	return md
+}

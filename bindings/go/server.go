@@ -1,0 +1,374 @@
+package weft
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// ServerOptions installs Weft on a server: its codec (so each message is decoded and encoded
+// once and the interceptors see the received bytes) and the unary and stream interceptors.
+func (r *Runtime) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(serverCodec),
+		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(r.streamServer(true)),
+	}
+}
+
+// UnaryServerInterceptor runs the server side of the edge whose `to` is this service. With
+// Weft's codec on the server (ServerOptions) it reads the bytes the request arrived in; without
+// it, it encodes the decoded request once more.
+func (r *Runtime) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return r.unaryServer }
+
+func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	reqMsg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "weft: %s: request %T is not a protobuf message; Weft cannot apply the chain", info.FullMethod, req)
+	}
+	s := getCall()
+	defer putCall(s)
+	in, codec := requestBytes.take(reqMsg)
+	if codec {
+		b, extra := contiguous(in.buf)
+		s.msg.set(b)
+		if extra != nil {
+			extra.Free()
+		}
+		in.buf.Free()
+	} else if buf, err := encodeInto(s, reqMsg); err != nil {
+		return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
+	} else {
+		buf.Free()
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		s.encodeMD(md)
+	} else {
+		s.md.len = 0
+	}
+	m := r.method(info.FullMethod)
+
+	rc := r.runRequest(s, sideServer, m)
+	if rc == rcNoEdge {
+		if in.err != nil {
+			return nil, badRequest(info.FullMethod, in.err)
+		}
+		return handler(ctx, req)
+	}
+	if rc != rcOK {
+		return nil, failure(rc, s, "server request "+info.FullMethod)
+	}
+	switch s.verdict() {
+	case verdictReject:
+		return nil, rejection(s)
+	case verdictReply:
+		return serverReply(s.outMessage(), codec, info.FullMethod, nil)
+	}
+	rpc := s.rpcHandle()
+	if in.err != nil && !s.messageChanged() {
+		r.abandon(rpc)
+		return nil, badRequest(info.FullMethod, in.err)
+	}
+	if s.messageChanged() {
+		if err := unmarshalInto(s.outMessage(), reqMsg, "the chain's rewritten request"); err != nil {
+			r.abandon(rpc)
+			return nil, err
+		}
+	}
+	if s.metadataChanged() {
+		ctx = metadata.NewIncomingContext(ctx, s.decodeMD(s.outMetadata()))
+	}
+
+	resp, err := handler(ctx, req)
+	if rpc == 0 {
+		return resp, err
+	}
+	if err != nil {
+		st := status.Convert(err)
+		s.md.len, s.msg.len = 0, 0
+		if r.runResponse(s, sideServer, m, rpc, int32(st.Code()), st.Message()) != rcOK {
+			return nil, err
+		}
+		switch s.verdict() {
+		case verdictReject:
+			return nil, rejection(s)
+		case verdictReply:
+			return serverReply(s.outMessage(), codec, info.FullMethod, nil)
+		}
+		return nil, err
+	}
+	respMsg, ok := resp.(proto.Message)
+	if !ok {
+		r.abandon(rpc)
+		return nil, status.Errorf(codes.Internal, "weft: %s: response %T is not a protobuf message", info.FullMethod, resp)
+	}
+	out, err := encodeInto(s, respMsg)
+	if err != nil {
+		r.abandon(rpc)
+		return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
+	}
+	s.md.len = 0
+	rc = r.runResponse(s, sideServer, m, rpc, 0, "")
+	if rc != rcOK {
+		out.Free()
+		return nil, failure(rc, s, "server response "+info.FullMethod)
+	}
+	if s.metadataChanged() {
+		// Response headers the chain set; best effort, as the handler may have sent them.
+		_ = grpc.SetHeader(ctx, s.decodeMD(s.outMetadata()))
+	}
+	switch s.verdict() {
+	case verdictReject:
+		out.Free()
+		return nil, rejection(s)
+	case verdictReply:
+		out.Free()
+		return serverReply(s.outMessage(), codec, info.FullMethod, respMsg)
+	}
+	if s.messageChanged() {
+		out.Free()
+		return serverReply(s.outMessage(), codec, info.FullMethod, respMsg)
+	}
+	if codec {
+		return &rawMessage{buf: out, transfer: true}, nil
+	}
+	out.Free()
+	return resp, nil
+}
+
+// serverReply turns bytes from the chain (in C memory) into what the handler returns: the
+// bytes themselves for Weft's codec, else a message of the method's response type.
+func serverReply(b []byte, codec bool, fullMethod string, like proto.Message) (any, error) {
+	if codec {
+		return &rawMessage{buf: copyOut(b), transfer: true}, nil
+	}
+	var m proto.Message
+	if like != nil {
+		m = newMessageLike(like)
+	} else {
+		var err error
+		if m, err = newOutput(fullMethod); err != nil {
+			return nil, status.Errorf(codes.Internal, "weft: %s: cannot build the local reply without Weft's codec: %v", fullMethod, err)
+		}
+	}
+	if err := unmarshalInto(b, m, "the chain's reply"); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// StreamServerInterceptor runs the server side of the chain on every message of a stream:
+// each message received is a request, each message sent the response to the oldest request
+// still waiting for one. It works with any codec; ServerOptions installs the variant that
+// reads the received bytes through Weft's codec.
+func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor { return r.streamServer(false) }
+
+func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		w := &serverStream{ServerStream: ss, r: r, name: info.FullMethod, m: r.method(info.FullMethod), codec: codec}
+		if md, ok := metadata.FromIncomingContext(ss.Context()); ok {
+			w.md = md
+		}
+		err := handler(srv, w)
+		for _, rpc := range w.pending.drain() {
+			r.abandon(rpc)
+		}
+		return err
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	r       *Runtime
+	name    string
+	m       cstr
+	md      metadata.MD
+	codec   bool
+	pending handleQueue
+}
+
+func (w *serverStream) RecvMsg(v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", w.name, v)
+	}
+	for {
+		s := getCall()
+		err := w.recvOne(s, msg)
+		putCall(s)
+		if err != errAnswered {
+			return err
+		}
+	}
+}
+
+// errAnswered: the chain answered the message locally; the handler waits for the next one.
+var errAnswered = status.Error(codes.OK, "answered locally")
+
+func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
+	if w.codec {
+		var raw rawMessage
+		if err := w.ServerStream.RecvMsg(&raw); err != nil {
+			return err
+		}
+		b, extra := contiguous(raw.buf)
+		s.msg.set(b)
+		if extra != nil {
+			extra.Free()
+		}
+		raw.buf.Free()
+	} else {
+		if err := w.ServerStream.RecvMsg(msg); err != nil {
+			return err
+		}
+		buf, err := encodeInto(s, msg)
+		if err != nil {
+			return status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", w.name, err)
+		}
+		buf.Free()
+	}
+	s.encodeMD(w.md)
+	rc := w.r.runRequest(s, sideServer, w.m)
+	if rc == rcNoEdge {
+		if w.codec {
+			return decodeRequest(s.msg.bytes(), msg, w.name)
+		}
+		return nil
+	}
+	if rc != rcOK {
+		return failure(rc, s, "server stream request "+w.name)
+	}
+	switch s.verdict() {
+	case verdictReject:
+		return rejection(s)
+	case verdictReply:
+		if err := w.sendBytes(s.outMessage(), msg); err != nil {
+			return err
+		}
+		return errAnswered
+	}
+	rpc := s.rpcHandle()
+	var err error
+	if s.messageChanged() {
+		err = unmarshalInto(s.outMessage(), msg, "the chain's rewritten message")
+	} else if w.codec {
+		err = decodeRequest(s.msg.bytes(), msg, w.name)
+	}
+	if err != nil {
+		w.r.abandon(rpc)
+		return err
+	}
+	if rpc != 0 {
+		w.pending.push(rpc)
+	}
+	return nil
+}
+
+// decodeRequest decodes bytes a caller sent; bytes that do not decode are the caller's error.
+func decodeRequest(b []byte, m proto.Message, method string) error {
+	proto.Reset(m)
+	if err := proto.Unmarshal(b, m); err != nil {
+		return badRequest(method, err)
+	}
+	return nil
+}
+
+func badRequest(method string, err error) error {
+	return status.Errorf(codes.InvalidArgument, "weft: %s: the request is not a valid protobuf message: %v", method, err)
+}
+
+// sendBytes sends a message the chain produced. like is any message of the stream's types,
+// used to find the response type when Weft's codec is not installed.
+func (w *serverStream) sendBytes(b []byte, like proto.Message) error {
+	if w.codec {
+		out := rawMessage{buf: copyOut(b), transfer: true}
+		return w.ServerStream.SendMsg(&out)
+	}
+	m, err := newOutput(w.name)
+	if err != nil {
+		return status.Errorf(codes.Internal, "weft: %s: cannot build the chain's reply: %v", w.name, err)
+	}
+	if err := unmarshalInto(b, m, "the chain's reply"); err != nil {
+		return err
+	}
+	return w.ServerStream.SendMsg(m)
+}
+
+func (w *serverStream) SendMsg(v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", w.name, v)
+	}
+	rpc := w.pending.pop()
+	if rpc == 0 {
+		return w.ServerStream.SendMsg(v)
+	}
+	s := getCall()
+	defer putCall(s)
+	out, err := encodeInto(s, msg)
+	if err != nil {
+		w.r.abandon(rpc)
+		return status.Errorf(codes.Internal, "weft: %s: encoding a stream reply: %v", w.name, err)
+	}
+	s.md.len = 0
+	rc := w.r.runResponse(s, sideServer, w.m, rpc, 0, "")
+	if rc != rcOK {
+		out.Free()
+		return failure(rc, s, "server stream response "+w.name)
+	}
+	switch s.verdict() {
+	case verdictReject:
+		out.Free()
+		return rejection(s)
+	case verdictReply:
+		out.Free()
+		return w.sendBytes(s.outMessage(), msg)
+	}
+	if s.messageChanged() {
+		out.Free()
+		return w.sendBytes(s.outMessage(), msg)
+	}
+	if w.codec {
+		raw := rawMessage{buf: out, transfer: true}
+		return w.ServerStream.SendMsg(&raw)
+	}
+	out.Free()
+	return w.ServerStream.SendMsg(v)
+}
+
+// handleQueue holds the rpc handles of a stream's requests that wait for their response,
+// oldest first. SendMsg and RecvMsg may run on two goroutines at once.
+type handleQueue struct {
+	mu sync.Mutex
+	q  []uint64
+}
+
+func (h *handleQueue) push(rpc uint64) {
+	h.mu.Lock()
+	h.q = append(h.q, rpc)
+	h.mu.Unlock()
+}
+
+func (h *handleQueue) pop() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.q) == 0 {
+		return 0
+	}
+	rpc := h.q[0]
+	h.q = h.q[1:]
+	return rpc
+}
+
+func (h *handleQueue) drain() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.q
+	h.q = nil
+	return q
+}

@@ -1,0 +1,229 @@
+// Package weft runs Weft policy chains inside a grpc-go service.
+//
+// A Runtime loads weft.yaml (with its elements and protos), compiles the chain segments that
+// belong to this service to native code, and exposes them as gRPC client and server
+// interceptors. Each RPC crosses into the Rust library once per direction, with the message
+// as the protobuf wire bytes the codec produced.
+//
+//	rt, err := weft.Open("weft.yaml", "frontend")
+//	conn, err := grpc.NewClient(addr, append(rt.DialOptions(), creds)...)
+//
+//	rt, err := weft.Open("weft.yaml", "echo")
+//	srv := grpc.NewServer(rt.ServerOptions()...)
+//
+// See docs/go.md in the repository for how the package is built and linked.
+package weft
+
+/*
+#include "weft.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Runtime is a loaded configuration for one service. It is safe for concurrent use.
+type Runtime struct {
+	// mu is held for reading by every RPC and for writing by Close, so Close never frees the
+	// library's runtime under a call in flight.
+	mu      sync.RWMutex
+	h       *C.WeftRuntime
+	path    string
+	service string
+
+	methods atomic.Pointer[map[string]cstr]
+	methMu  sync.Mutex
+}
+
+// ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than
+// pass without their policy.
+var ErrClosed = errors.New("weft: runtime is closed")
+
+// Open loads the configuration at path (weft.yaml) for the service named service (the name
+// it has in the config's edges' from/to).
+func Open(path, service string) (*Runtime, error) {
+	if path == "" {
+		return nil, errors.New("weft: open: no config path given")
+	}
+	h, msg := openRuntime(path, "", "", service)
+	if h == nil {
+		return nil, fmt.Errorf("weft: open %s as service %q: %s", path, service, msg)
+	}
+	return newRuntime(h, path, service), nil
+}
+
+// OpenYAML loads a configuration given as YAML text. Relative paths in it (protos, element
+// directories) are resolved against baseDir.
+func OpenYAML(yaml, baseDir, service string) (*Runtime, error) {
+	if yaml == "" {
+		return nil, errors.New("weft: open: the YAML text is empty")
+	}
+	if baseDir == "" {
+		baseDir = "."
+	}
+	if abs, err := filepath.Abs(baseDir); err == nil {
+		baseDir = abs
+	}
+	h, msg := openRuntime("", yaml, baseDir, service)
+	if h == nil {
+		return nil, fmt.Errorf("weft: open YAML config (base %s) as service %q: %s", baseDir, service, msg)
+	}
+	return newRuntime(h, "", service), nil
+}
+
+func newRuntime(h *C.WeftRuntime, path, service string) *Runtime {
+	r := &Runtime{h: h, path: path, service: service}
+	empty := map[string]cstr{}
+	r.methods.Store(&empty)
+	return r
+}
+
+// Reload re-reads the config file this Runtime was opened with. On error the running version
+// stays in place and the error carries the diagnostic.
+func (r *Runtime) Reload() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return ErrClosed
+	}
+	if r.path == "" {
+		return errors.New("weft: reload: this runtime was opened from YAML text; use ReloadYAML")
+	}
+	if msg := reloadRuntime(r.h, "", "", false); msg != "" {
+		return fmt.Errorf("weft: reload %s failed, version %d keeps running: %s", r.path, runtimeVersion(r.h), msg)
+	}
+	return nil
+}
+
+// ReloadYAML installs a new configuration given as text. On error the running version stays.
+func (r *Runtime) ReloadYAML(yaml, baseDir string) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return ErrClosed
+	}
+	if baseDir == "" {
+		baseDir = "."
+	}
+	if abs, err := filepath.Abs(baseDir); err == nil {
+		baseDir = abs
+	}
+	if msg := reloadRuntime(r.h, yaml, baseDir, true); msg != "" {
+		return fmt.Errorf("weft: reload failed, version %d keeps running: %s", runtimeVersion(r.h), msg)
+	}
+	return nil
+}
+
+// Version is the number of the active configuration in this process (1, 2, … per install).
+func (r *Runtime) Version() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return 0
+	}
+	return runtimeVersion(r.h)
+}
+
+// Service is the service name this Runtime runs as.
+func (r *Runtime) Service() string { return r.service }
+
+// Close waits for calls in flight and frees the runtime. Later RPCs through its interceptors
+// fail with UNAVAILABLE.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.h != nil {
+		closeRuntime(r.h)
+		r.h = nil
+	}
+	return nil
+}
+
+// method returns the C copy of a method name, making it on first use.
+func (r *Runtime) method(name string) cstr {
+	if c, ok := (*r.methods.Load())[name]; ok {
+		return c
+	}
+	r.methMu.Lock()
+	defer r.methMu.Unlock()
+	old := *r.methods.Load()
+	if c, ok := old[name]; ok {
+		return c
+	}
+	next := make(map[string]cstr, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	c := newCstr(name)
+	next[name] = c
+	r.methods.Store(&next)
+	return c
+}
+
+var callPool = sync.Pool{New: func() any { return newCallState() }}
+
+func getCall() *callState { return callPool.Get().(*callState) }
+
+func putCall(s *callState) {
+	if len(s.interned) > 1024 {
+		clear(s.interned)
+	}
+	callPool.Put(s)
+}
+
+// callError turns a failed library call into the status the RPC fails with. Policy errors
+// never let the RPC through unchecked.
+func callError(rc C.int32_t, s *callState, dir string) error {
+	switch rc {
+	case rcArgument:
+		return status.Errorf(codes.Internal, "weft: %s: bad call into the library: %s", dir, s.errorText())
+	case rcPanic:
+		return status.Errorf(codes.Internal, "weft: %s: internal error in the library (a bug): %s", dir, s.errorText())
+	case rcConfig:
+		return status.Errorf(codes.Internal, "weft: %s: configuration error: %s", dir, s.errorText())
+	case rcBuffer:
+		return status.Errorf(codes.Internal, "weft: %s: out of memory for the chain's output", dir)
+	}
+	return status.Errorf(codes.Internal, "weft: %s: library returned code %d: %s", dir, int(rc), s.errorText())
+}
+
+// rejection is the error for a REJECT verdict.
+func rejection(s *callState) error {
+	return status.Error(codes.Code(s.c.code), string(outBytes(&s.c.out_message)))
+}
+
+func (s *callState) verdict() C.int32_t   { return s.c.verdict }
+func (s *callState) rpcHandle() uint64    { return uint64(s.c.rpc) }
+func (s *callState) messageChanged() bool { return s.c.message_changed != 0 }
+func (s *callState) metadataChanged() bool {
+	return s.c.metadata_changed != 0
+}
+func (s *callState) outMessage() []byte  { return outBytes(&s.c.out_message) }
+func (s *callState) outMetadata() []byte { return outBytes(&s.c.out_metadata) }
+
+// routeTo is the replica the chain chose, "" if none; interned, so steady routing does not
+// allocate.
+func (s *callState) routeTo() string {
+	b := outBytes(&s.c.route)
+	if len(b) == 0 {
+		return ""
+	}
+	return s.intern(b)
+}
+
+func (s *callState) intern(b []byte) string {
+	if v, ok := s.interned[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	s.interned[v] = v
+	return v
+}
