@@ -312,5 +312,5 @@ func reloadRuntime(h *C.WeftRuntime, yaml, base string, fromText bool) string {
 
 func cString(s string) *C.char { return C.CString(s) }
 
-func closeRuntime(h *C.WeftRuntime)           { C.weft_close(h) }
+func closeRuntime(h *C.WeftRuntime)          { C.weft_close(h) }
 func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) }

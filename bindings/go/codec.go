@@ -43,6 +43,13 @@ var (
 	serverCodec = &Codec{server: true}
 )
 
+// ClientCodec is the codec DialOptions installs, for connections built by hand
+// (grpc.WithDefaultCallOptions(grpc.ForceCodecV2(weft.ClientCodec()))).
+func ClientCodec() encoding.CodecV2 { return clientCodec }
+
+// ServerCodec is the codec ServerOptions installs (grpc.ForceServerCodecV2).
+func ServerCodec() encoding.CodecV2 { return serverCodec }
+
 // Name is "proto": the wire format is unchanged, peers without Weft interoperate.
 func (*Codec) Name() string { return "proto" }
 

@@ -166,7 +166,9 @@ func serverReply(b []byte, codec bool, fullMethod string, like proto.Message) (a
 // each message received is a request, each message sent the response to the oldest request
 // still waiting for one. It works with any codec; ServerOptions installs the variant that
 // reads the received bytes through Weft's codec.
-func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor { return r.streamServer(false) }
+func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return r.streamServer(false)
+}
 
 func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {

@@ -1,0 +1,139 @@
+package weft_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+
+	weft "github.com/weft-mesh/weft/bindings/go"
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+// The five benchmark elements with parameters that never reject, so every iteration is a full
+// RPC: the cost measured is the policy's, not the short cut of a rejection.
+const (
+	benchLimit = "1000000000000.0"
+
+	// As in the example service: logging on the caller, metrics on the callee, the rest
+	// wherever the planner puts them.
+	benchEdgeYAML = `protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+    any:
+      - ratelimit: {capacity: ` + benchLimit + `, rate: ` + benchLimit + `}
+      - firewall: {field: user, deny: [mallory]}
+      - fault: {prob_pass: 1.0}
+    server:
+      - metrics
+`
+	// All five on the caller, for the one-interceptor micro-benchmark.
+	benchClientYAML = `protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+      - ratelimit: {capacity: ` + benchLimit + `, rate: ` + benchLimit + `}
+      - firewall: {field: user, deny: [mallory]}
+      - fault: {prob_pass: 1.0}
+      - metrics
+`
+)
+
+var benchRequest = &echopb.SayRequest{User: "alice", Body: "hello, echo", Priority: 3, Tags: []string{"bench"}}
+
+func handwrittenClient() []grpc.UnaryClientInterceptor {
+	return []grpc.UnaryClientInterceptor{
+		loggingInterceptor(discardLogger()),
+		rateLimitInterceptor(newTokenBucket(1e12, 1e12)),
+		firewallInterceptor("mallory"),
+		faultInterceptor(1.0),
+	}
+}
+
+// BenchmarkEcho is one echo RPC over loopback TCP, client and server in this process, with no
+// policy, the hand-written interceptors, and Weft.
+func BenchmarkEcho(b *testing.B) {
+	run := func(b *testing.B, c echopb.EchoClient) {
+		ctx := context.Background()
+		if _, err := c.Say(ctx, benchRequest); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _, err := c.Say(ctx, benchRequest); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("none", func(b *testing.B) {
+		_, addr := serve(b, "echo-0")
+		run(b, dial(b, addr))
+	})
+	b.Run("handwritten", func(b *testing.B) {
+		_, addr := serve(b, "echo-0", grpc.ChainUnaryInterceptor(metricsServerInterceptor(&rpcMetrics{})))
+		run(b, dial(b, addr, grpc.WithChainUnaryInterceptor(handwrittenClient()...)))
+	})
+	b.Run("weft", func(b *testing.B) {
+		srt := open(b, benchEdgeYAML, "echo")
+		crt := open(b, benchEdgeYAML, "frontend")
+		_, addr := serve(b, "echo-0", srt.ServerOptions()...)
+		run(b, dial(b, addr, crt.DialOptions()...))
+	})
+}
+
+// BenchmarkInterceptor is one client interceptor call with all five elements and no network:
+// the invoker does what grpc-go's codec does for the call (encode the request, decode a
+// reply), so each variant pays the same encoding work a real call would.
+func BenchmarkInterceptor(b *testing.B) {
+	replyBytes, err := encoding.GetCodecV2("proto").Marshal(&echopb.SayReply{Body: "hello, echo", ServedBy: "echo-0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		codec := encoding.GetCodecV2("proto")
+		for _, o := range opts {
+			if f, ok := o.(grpc.ForceCodecV2CallOption); ok {
+				codec = f.CodecV2
+			}
+		}
+		out, err := codec.Marshal(req)
+		if err != nil {
+			return err
+		}
+		out.Free()
+		return codec.Unmarshal(replyBytes, reply)
+	}
+	run := func(b *testing.B, ic grpc.UnaryClientInterceptor, opts ...grpc.CallOption) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			var reply echopb.SayReply
+			if err := ic(ctx, "/echo.Echo/Say", benchRequest, &reply, nil, invoker, opts...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("none", func(b *testing.B) {
+		run(b, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return inv(ctx, method, req, reply, cc, opts...)
+		})
+	})
+	b.Run("handwritten", func(b *testing.B) {
+		run(b, fusedHandwritten())
+	})
+	b.Run("weft", func(b *testing.B) {
+		rt := open(b, benchClientYAML, "frontend")
+		run(b, rt.UnaryClientInterceptor(), grpc.ForceCodecV2(weft.ClientCodec()))
+	})
+}

@@ -1,0 +1,129 @@
+package weft_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	weft "github.com/weft-mesh/weft/bindings/go"
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+// repoPath resolves a path relative to the repository root, wherever `go test` runs from.
+func repoPath(rel string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", rel)
+}
+
+// echoDir holds echo.proto; inline test configs use it as their base directory.
+var echoDir = repoPath("examples/echo")
+
+// echoServer is a real echo service that remembers what reached it.
+type echoServer struct {
+	echopb.UnimplementedEchoServer
+	name  string
+	calls atomic.Int64
+
+	mu     sync.Mutex
+	last   *echopb.SayRequest
+	lastMD metadata.MD
+}
+
+func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+	e.calls.Add(1)
+	md, _ := metadata.FromIncomingContext(ctx)
+	e.mu.Lock()
+	e.last = proto.Clone(req).(*echopb.SayRequest)
+	e.lastMD = md
+	e.mu.Unlock()
+	return &echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}, nil
+}
+
+func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		e.calls.Add(1)
+		e.mu.Lock()
+		e.last = proto.Clone(req).(*echopb.SayRequest)
+		e.mu.Unlock()
+		if err := stream.Send(&echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}); err != nil {
+			return err
+		}
+	}
+}
+
+func (e *echoServer) lastRequest() (*echopb.SayRequest, metadata.MD) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last, e.lastMD
+}
+
+// serve starts a gRPC server on a loopback port with the given options.
+func serve(t testing.TB, name string, opts ...grpc.ServerOption) (*echoServer, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	impl := &echoServer{name: name}
+	echopb.RegisterEchoServer(srv, impl)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return impl, lis.Addr().String()
+}
+
+func dial(t testing.TB, target string, opts ...grpc.DialOption) echopb.EchoClient {
+	t.Helper()
+	opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return echopb.NewEchoClient(conn)
+}
+
+// open loads an inline config for one service; protos resolve against examples/echo.
+func open(t testing.TB, yaml, service string) *weft.Runtime {
+	t.Helper()
+	rt, err := weft.OpenYAML(yaml, echoDir, service)
+	if err != nil {
+		t.Fatalf("open %s: %v", service, err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+// mesh starts an echo server running the config as "echo" and a client running it as
+// "frontend".
+func mesh(t testing.TB, yaml string) (echopb.EchoClient, *echoServer) {
+	t.Helper()
+	srt := open(t, yaml, "echo")
+	crt := open(t, yaml, "frontend")
+	impl, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	return dial(t, addr, crt.DialOptions()...), impl
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}

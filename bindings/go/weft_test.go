@@ -1,0 +1,413 @@
+package weft_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+
+	weft "github.com/weft-mesh/weft/bindings/go"
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+func edge(method, body string) string {
+	return `protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: ` + method + `
+` + body
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, msgPart string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != code {
+		t.Fatalf("got %v, want %s", err, code)
+	}
+	if !strings.Contains(st.Message(), msgPart) {
+		t.Fatalf("status message %q does not mention %q", st.Message(), msgPart)
+	}
+}
+
+func TestFirewallDeniesListedUser(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", `    any:
+      - firewall: {field: user, deny: [mallory]}
+`))
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "let me in"}); err == nil {
+		t.Fatal("mallory got through")
+	} else {
+		wantCode(t, err, codes.PermissionDenied, "acl")
+	}
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	if err != nil || r.GetBody() != "hi" {
+		t.Fatalf("alice: %v %v", r, err)
+	}
+	if n := srv.calls.Load(); n != 1 {
+		t.Fatalf("server saw %d calls, want 1 (only alice's)", n)
+	}
+	// The first Weft hop stamps the version every later hop runs.
+	if _, md := srv.lastRequest(); len(md.Get("weft-version")) != 1 {
+		t.Fatalf("the server did not receive a weft-version stamp: %v", md)
+	}
+}
+
+func TestRateLimitExhaustsAfterBurst(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", `    any:
+      - ratelimit: {capacity: 3, rate: 0.001}
+`))
+	for i := range 3 {
+		if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)}); err != nil {
+			t.Fatalf("request %d within the burst: %v", i, err)
+		}
+	}
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "one too many"})
+	wantCode(t, err, codes.ResourceExhausted, "ratelimit")
+	if n := srv.calls.Load(); n != 3 {
+		t.Fatalf("server saw %d calls, want 3", n)
+	}
+}
+
+func TestCacheAnswersRepeatWithoutServer(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", `    any:
+      - cache: {field: body}
+`))
+	first, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Say(ctx(t), &echopb.SayRequest{User: "bob", Body: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.calls.Load(); n != 1 {
+		t.Fatalf("server saw %d calls, want 1: the repeat should be answered by the cache", n)
+	}
+	if second.GetBody() != first.GetBody() || second.GetServedBy() != "echo-0" {
+		t.Fatalf("cached reply %v differs from the first %v", second, first)
+	}
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.calls.Load(); n != 2 {
+		t.Fatalf("server saw %d calls, want 2 after a new body", n)
+	}
+}
+
+func TestMutationVisibleAtServer(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", `    any:
+      - mutation: {field: body, prefix: 'weft-'}
+`))
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := srv.lastRequest()
+	if req.GetBody() != "weft-hi" || r.GetBody() != "weft-hi" {
+		t.Fatalf("server saw %q, client got %q; want weft-hi", req.GetBody(), r.GetBody())
+	}
+	if req.GetUser() != "alice" {
+		t.Fatalf("the rewrite lost another field: user %q", req.GetUser())
+	}
+}
+
+// plaintextGuard rejects a request whose body is the plaintext: placed between encrypt and
+// decrypt, it proves what travels between them is ciphertext.
+const plaintextGuard = `state:
+    pass
+
+init(secret: string):
+    pass
+
+req(rpc):
+    if get(rpc, 'body') == secret:
+        send(err('guard saw the plaintext', FAILED_PRECONDITION), Up)
+    else:
+        send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+`
+
+func TestEncryptOnClientDecryptOnServer(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "guard.weft"), []byte(plaintextGuard), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proto := filepath.Join(echoDir, "echo.proto")
+	chain := func(withPair bool) string {
+		y := "protos: [" + proto + "]\nelement_paths: [" + dir + "]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n"
+		if withPair {
+			y += "    pair:\n      - [encrypt: {field: body, key: s3cret}, decrypt: {field: body, key: s3cret}]\n"
+		}
+		return y + "    any:\n      - guard: {secret: top secret}\n"
+	}
+
+	c, srv := mesh(t, chain(true))
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "top secret"})
+	if err != nil {
+		t.Fatalf("with the pair the guard must see ciphertext, got %v", err)
+	}
+	req, _ := srv.lastRequest()
+	if req.GetBody() != "top secret" || r.GetBody() != "top secret" {
+		t.Fatalf("server saw %q, client got %q; want the decrypted plaintext", req.GetBody(), r.GetBody())
+	}
+
+	// The same guard without the pair sees the plaintext: it really reads the body.
+	c2, srv2 := mesh(t, chain(false))
+	_, err = c2.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "top secret"})
+	wantCode(t, err, codes.FailedPrecondition, "guard saw the plaintext")
+	if srv2.calls.Load() != 0 {
+		t.Fatal("the guard's rejection reached the server")
+	}
+}
+
+func TestLoadBalanceAcrossThreeReplicasByDst(t *testing.T) {
+	yaml := edge("echo.Echo/Say", `    client:
+      - element: loadbalance
+        params: {policy: round_robin}
+        state:
+          replicas: [echo-0, echo-1, echo-2]
+`)
+	srt := open(t, yaml, "echo")
+	crt := open(t, yaml, "frontend")
+	var replicas []weft.Replica
+	servers := map[string]*echoServer{}
+	for i := range 3 {
+		name := fmt.Sprintf("echo-%d", i)
+		impl, addr := serve(t, name, srt.ServerOptions()...)
+		servers[name] = impl
+		replicas = append(replicas, weft.Replica{Name: name, Addr: addr})
+	}
+	target, lb := weft.Replicas(replicas...)
+	c := dial(t, target, append(crt.DialOptions(), lb...)...)
+
+	var got []string
+	for i := range 6 {
+		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatalf("rpc %d: %v", i, err)
+		}
+		got = append(got, r.GetServedBy())
+	}
+	want := []string{"echo-0", "echo-1", "echo-2", "echo-0", "echo-1", "echo-2"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("served by %v, want round robin %v", got, want)
+	}
+	for name, s := range servers {
+		if n := s.calls.Load(); n != 2 {
+			t.Fatalf("%s saw %d calls, want 2", name, n)
+		}
+		if _, md := s.lastRequest(); strings.Join(md.Get("dst"), "") != name {
+			t.Fatalf("%s received dst %v", name, md.Get("dst"))
+		}
+	}
+}
+
+func TestStreamEveryMessagePassesTheChain(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/*", `    any:
+      - firewall: {field: user, deny: [mallory]}
+      - mutation: {field: body, prefix: 'weft-'}
+`))
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := stream.Send(&echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("weft-%d", i); r.GetBody() != want {
+			t.Fatalf("message %d came back as %q, want %q", i, r.GetBody(), want)
+		}
+	}
+	if n := srv.calls.Load(); n != 3 {
+		t.Fatalf("server saw %d messages, want 3", n)
+	}
+	// A message the firewall denies fails the stream with the chain's status.
+	err = stream.Send(&echopb.SayRequest{User: "mallory", Body: "x"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := srv.calls.Load(); n != 3 {
+		t.Fatalf("server saw %d messages after the denial, want 3", n)
+	}
+}
+
+// rawCodec sends bytes as they are: a caller that produces a corrupt payload.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+var _ encoding.CodecV2 = rawCodec{}
+
+func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
+	yaml := edge("echo.Echo/Say", `    server:
+      - firewall: {field: user, deny: [mallory]}
+`)
+	srt := open(t, yaml, "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Field 1 (user) as a length-delimited string claiming 100 bytes, with 2 present.
+	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
+	var reply []byte
+	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
+	wantCode(t, err, codes.InvalidArgument, "")
+	if srv.calls.Load() != 0 {
+		t.Fatal("a corrupt request reached the handler")
+	}
+}
+
+func TestBadConfigIsAnErrorNamingTheProblem(t *testing.T) {
+	_, err := weft.Open("/nonexistent/weft.yaml", "echo")
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/weft.yaml") {
+		t.Fatalf("missing config: %v", err)
+	}
+	_, err = weft.OpenYAML(edge("echo.Echo/Say", "    any:\n      - no_such_element\n"), echoDir, "echo")
+	if err == nil || !strings.Contains(err.Error(), "no_such_element") {
+		t.Fatalf("unknown element: %v", err)
+	}
+	_, err = weft.OpenYAML("edges: [unclosed\n", echoDir, "echo")
+	if err == nil {
+		t.Fatal("broken YAML loaded")
+	}
+	t.Logf("operator sees: %v", err)
+}
+
+func TestReloadWithBrokenElementKeepsOldVersion(t *testing.T) {
+	dir := t.TempDir()
+	elem := filepath.Join(dir, "elements", "guard.weft")
+	if err := os.MkdirAll(filepath.Dir(elem), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(elem, []byte(plaintextGuard), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "weft.yaml")
+	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - guard: {secret: forbidden}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := weft.Open(cfg, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	_, addr := serve(t, "echo-0", rt.ServerOptions()...)
+	c := dial(t, addr)
+	before := rt.Version()
+
+	broken := strings.Replace(plaintextGuard, "get(rpc, 'body') == secret", "get(rpc, 'body') == = secret", 1)
+	if err := os.WriteFile(elem, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = rt.Reload()
+	if err == nil {
+		t.Fatal("a broken element reloaded without error")
+	}
+	if !strings.Contains(err.Error(), "guard.weft") {
+		t.Fatalf("the reload error does not point at the element: %v", err)
+	}
+	t.Logf("operator sees: %v", err)
+	if rt.Version() != before {
+		t.Fatalf("version moved from %d to %d after a failed reload", before, rt.Version())
+	}
+	// The old guard still runs.
+	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "forbidden"})
+	wantCode(t, err, codes.FailedPrecondition, "guard")
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "fine"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClosedRuntimeFailsRPCs(t *testing.T) {
+	yaml := edge("echo.Echo/Say", "    any:\n      - firewall: {field: user, deny: [mallory]}\n")
+	crt, err := weft.OpenYAML(yaml, echoDir, "frontend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srt := open(t, yaml, "echo")
+	_, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	c := dial(t, addr, crt.DialOptions()...)
+	if err := crt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice"})
+	wantCode(t, err, codes.Unavailable, "closed")
+	if err := crt.Reload(); !errors.Is(err, weft.ErrClosed) {
+		t.Fatalf("reload after close: %v", err)
+	}
+}
+
+// A service with no edge for a method passes the RPC through untouched.
+func TestNoEdgePassesThrough(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/SayStream", "    any:\n      - firewall: {field: user, deny: [mallory]}\n"))
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "x"}); err != nil {
+		t.Fatalf("Say has no edge, yet: %v", err)
+	}
+	if srv.calls.Load() != 1 {
+		t.Fatal("the call did not reach the server")
+	}
+}
+
+// The interceptors also work on their own, with grpc-go's default codec (then each message is
+// encoded once more for Weft).
+func TestInterceptorsWithoutWeftCodec(t *testing.T) {
+	yaml := edge("echo.Echo/*", `    any:
+      - mutation: {field: body, prefix: 'weft-'}
+      - cache: {field: user}
+`)
+	srt := open(t, yaml, "echo")
+	crt := open(t, yaml, "frontend")
+	srv, addr := serve(t, "echo-0",
+		grpc.UnaryInterceptor(srt.UnaryServerInterceptor()),
+		grpc.StreamInterceptor(srt.StreamServerInterceptor()))
+	c := dial(t, addr,
+		grpc.WithUnaryInterceptor(crt.UnaryClientInterceptor()),
+		grpc.WithStreamInterceptor(crt.StreamClientInterceptor()))
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	if err != nil || r.GetBody() != "weft-hi" {
+		t.Fatalf("got %v, %v; want weft-hi", r, err)
+	}
+	r, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "again"})
+	if err != nil || r.GetBody() != "weft-hi" || srv.calls.Load() != 1 {
+		t.Fatalf("cache: got %v, %v after %d server calls", r, err, srv.calls.Load())
+	}
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "bob", Body: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetBody() != "weft-s" {
+		t.Fatalf("stream: got %v, %v", r, err)
+	}
+	_ = stream.CloseSend()
+}
