@@ -2,9 +2,13 @@
 # Every target installs what it needs first (scripts/install-deps.sh is idempotent).
 
 CARGO ?= cargo
+GO    ?= go
 WEFT  := target/debug/weft
+# protoc finds its Go plugins where `go install` put them (scripts/install-deps.sh).
+GOBIN_DIR = $(shell $(GO) env GOBIN | grep . || echo "$$($(GO) env GOPATH)/bin")
 
-.PHONY: all deps build test demo fuzz bench loom lint clean planner-fuzz planner-optimality
+.PHONY: all deps build test demo fuzz bench loom lint clean planner-fuzz planner-optimality \
+	go-gen go-test go-bench go-demo
 
 all: build
 
@@ -22,15 +26,17 @@ test: deps
 	$(CARGO) test --workspace
 	./scripts/check-elements.sh
 	$(MAKE) loom
+	$(MAKE) go-test
 
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Runs the example chain (logging, ratelimit, firewall, cache, metrics) over a trace of
-# RPCs in virtual time and prints what each RPC met.
+# Runs a grpc-go echo client and server with the example chain (logging, ratelimit, firewall,
+# cache, metrics) compiled into both and prints what each RPC met; then the same chain over a
+# trace of RPCs in virtual time in the simulator.
 demo: deps
-	$(CARGO) build -q --bin weft
+	$(MAKE) --no-print-directory go-demo
 	@echo "== weft check: the standard elements and the example chain's elements"
 	$(WEFT) check --proto examples/echo/echo.proto elements/*.weft
 	@echo "== weft sim: frontend->echo over examples/echo/trace.jsonl"
@@ -55,6 +61,7 @@ fuzz: deps planner-fuzz
 bench: deps
 	$(CARGO) bench -p weft-bench --bench chain
 	$(CARGO) bench -p weft-ir --bench plan
+	$(MAKE) go-bench
 
 # The loom model of compiled-code lifetime (its own target dir: --cfg loom rebuilds all).
 loom: deps
@@ -72,6 +79,41 @@ planner-fuzz: deps
 planner-optimality: deps
 	WEFT_OPT_EXACT=100 WEFT_OPT_ANNEAL=100 $(CARGO) test --release -p weft-ir \
 		--test plan_optimality -- --nocapture --test-threads 1
+
+# The Go binding (bindings/go) and its example (examples/go-echo). The generated protobuf code
+# is not committed: go-gen writes it from examples/echo/echo.proto.
+ECHO_PROTO := examples/echo/echo.proto
+go-gen: deps
+	@for pkg in bindings/go/internal/echopb:github.com/weft-mesh/weft/bindings/go/internal/echopb \
+	            examples/go-echo/echopb:github.com/weft-mesh/weft/examples/go-echo/echopb; do \
+		dir=$${pkg%%:*}; mod=$${pkg#*:}; mkdir -p $$dir; \
+		PATH="$(GOBIN_DIR):$$PATH" protoc -I examples/echo \
+			--go_out=$$dir --go_opt=paths=source_relative --go_opt=Mecho.proto=$$mod \
+			--go-grpc_out=$$dir --go-grpc_opt=paths=source_relative --go-grpc_opt=Mecho.proto=$$mod \
+			$(ECHO_PROTO) || exit 1; \
+	done
+
+# Tests link the debug library (build tag weft_debug), which shares its compiled dependencies
+# with `cargo test`; the benchmark links the release library.
+go-test: go-gen
+	$(CARGO) build -p weft-runtime --lib
+	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
+	cd examples/go-echo && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
+	cd bindings/go && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...
+	cd examples/go-echo && $(GO) vet -tags weft_debug ./...
+
+go-bench: go-gen
+	$(CARGO) build --release -p weft-runtime --lib
+	@mkdir -p target
+	cd bindings/go && $(GO) test -run '^$$' -bench 'BenchmarkEcho|BenchmarkInterceptor' \
+		-benchtime 2s -count 3 . | tee ../../target/go-bench.txt
+	./scripts/go-bench-summary.sh target/go-bench.txt
+
+# The echo server and client as two processes, the chain linked into both.
+go-demo: go-gen
+	$(CARGO) build -q -p weft-runtime
+	@echo "== Go demo: grpc-go client (frontend) -> server (echo), examples/go-echo/weft.yaml in-process"
+	GOFLAGS="$$GOFLAGS -tags=weft_debug" ./examples/go-echo/demo.sh
 
 clean:
 	$(CARGO) clean

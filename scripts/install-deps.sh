@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Weft needs on a fresh Debian machine, and nothing when
-# it is already there. Rust comes from rustup (preinstalled on our machines); the .proto
-# files are compiled in-process (protox), so no protoc is needed yet.
+# it is already there. Rust comes from rustup (preinstalled on our machines); the Rust side
+# compiles .proto files in-process (protox); protoc is for the generated Go code.
 set -euo pipefail
 
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -34,4 +34,31 @@ if ! need_cmd cc; then
         echo "install-deps: a C compiler (cc) is missing" >&2
         exit 1
     fi
+fi
+
+# The Go binding and its example: Go itself (1.26+, preinstalled on our machines), protoc from
+# Debian, and the protoc plugins from the Go module proxy at pinned versions. The generated
+# *.pb.go files are not committed; `make go-gen` writes them.
+if ! need_cmd go; then
+    echo "install-deps: go is missing; install Go 1.26 or later (https://go.dev/dl)" >&2
+    exit 1
+fi
+if ! need_cmd protoc; then
+    if need_cmd apt-get; then
+        echo "install-deps: installing protobuf-compiler"
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq protobuf-compiler
+    else
+        echo "install-deps: protoc is missing (Debian: protobuf-compiler)" >&2
+        exit 1
+    fi
+fi
+GOBIN_DIR="$(go env GOBIN)"; [ -n "$GOBIN_DIR" ] || GOBIN_DIR="$(go env GOPATH)/bin"
+if [ ! -x "$GOBIN_DIR/protoc-gen-go" ]; then
+    echo "install-deps: installing protoc-gen-go"
+    go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+fi
+if [ ! -x "$GOBIN_DIR/protoc-gen-go-grpc" ]; then
+    echo "install-deps: installing protoc-gen-go-grpc"
+    go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 fi

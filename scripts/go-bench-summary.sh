@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Summarises `go test -bench` output of bindings/go: the median of each benchmark's runs, and
+# what the hand-written interceptors and Weft add over no interceptors.
+set -euo pipefail
+awk '
+/^Benchmark(Echo|Interceptor)\// {
+    name = $1; sub(/-[0-9]+$/, "", name)
+    for (i = 2; i <= NF; i++) {
+        if ($(i+1) == "ns/op") ns[name, ++n[name]] = $i
+        if ($(i+1) == "B/op") bytes[name] = $i
+        if ($(i+1) == "allocs/op") allocs[name] = $i
+    }
+}
+function median(name,   k, j, t, c, v) {
+    c = n[name]
+    for (k = 1; k <= c; k++) v[k] = ns[name, k]
+    for (k = 1; k <= c; k++) for (j = k + 1; j <= c; j++) if (v[j] < v[k]) { t = v[k]; v[k] = v[j]; v[j] = t }
+    return (c % 2) ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+}
+END {
+    split("Echo Interceptor", groups, " ")
+    for (g = 1; g <= 2; g++) {
+        base = "Benchmark" groups[g] "/none"
+        if (!(base in n)) continue
+        b = median(base)
+        printf "%-28s %12s %10s %10s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op"
+        split("none handwritten weft", vs, " ")
+        for (k = 1; k <= 3; k++) {
+            name = "Benchmark" groups[g] "/" vs[k]
+            if (!(name in n)) continue
+            m[vs[k]] = median(name)
+            printf "%-28s %12.0f %10s %10s %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
+        }
+        hw = m["handwritten"] - b; wf = m["weft"] - b
+        if (hw > 0) printf "%s: Weft adds %.2f us, hand-written %.2f us; ratio weft/hand-written %.2f\n\n", groups[g], wf / 1000, hw / 1000, wf / hw
+    }
+}' "$1"
