@@ -169,7 +169,10 @@ type callState struct {
 	// values over and over) so decoding them does not allocate each time.
 	interned map[string]string
 
-	raw rawMessage // reply holder for the client-side codec path
+	// The pre-encoded request and the reply holder of the client-side codec path; in the
+	// pooled state so passing them to grpc-go does not allocate.
+	out rawMessage
+	raw rawMessage
 }
 
 func newCallState() *callState {

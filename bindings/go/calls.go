@@ -60,13 +60,13 @@ func failure(rc C.int32_t, s *callState, dir string) error {
 // grpc-go merges in before interceptors run) install Weft's codec, so pre-encoded messages
 // can be passed down.
 func hasWeftCodec(opts []grpc.CallOption) bool {
-	for _, o := range opts {
+	mine := false
+	for _, o := range opts { // the last codec option wins, as in grpc-go
 		if f, ok := o.(grpc.ForceCodecV2CallOption); ok {
-			_, mine := f.CodecV2.(*Codec)
-			return mine
+			_, mine = f.CodecV2.(*Codec)
 		}
 	}
-	return false
+	return mine
 }
 
 // encodeRequest marshals m once; the bytes are both what Weft reads and what gRPC sends.

@@ -49,8 +49,10 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 	rc := r.runRequest(s, sideClient, m)
 	if rc == rcNoEdge {
 		if codec {
-			out := rawMessage{buf: buf}
-			return invoker(ctx, method, &out, reply, cc, opts...)
+			s.out.buf = buf
+			err := invoker(ctx, method, &s.out, reply, cc, opts...)
+			s.out.buf = nil
+			return err
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -79,9 +81,10 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 	if !codec {
 		return r.unaryClientTyped(ctx, s, m, rpc, method, reqMsg, buf, replyMsg, cc, invoker, opts)
 	}
-	out := rawMessage{buf: buf}
+	s.out.buf = buf
 	s.raw.buf = nil
-	err = invoker(ctx, method, &out, &s.raw, cc, opts...)
+	err = invoker(ctx, method, &s.out, &s.raw, cc, opts...)
+	s.out.buf = nil
 	if err != nil {
 		return r.clientErrorResponse(s, m, rpc, method, err, replyMsg)
 	}

@@ -173,6 +173,10 @@ var callPool = sync.Pool{New: func() any { return newCallState() }}
 func getCall() *callState { return callPool.Get().(*callState) }
 
 func putCall(s *callState) {
+	if s.raw.buf != nil { // a reply that arrived with an error status
+		s.raw.buf.Free()
+		s.raw.buf = nil
+	}
 	if len(s.interned) > 1024 {
 		clear(s.interned)
 	}
