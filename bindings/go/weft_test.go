@@ -411,3 +411,50 @@ func TestInterceptorsWithoutWeftCodec(t *testing.T) {
 	}
 	_ = stream.CloseSend()
 }
+
+// RPCs keep flowing while both processes' configs are reloaded: none fails because of it, and
+// each side ends on a newer version.
+func TestReloadUnderLoad(t *testing.T) {
+	cfg := func(deny string) string {
+		return edge("echo.Echo/Say", "    any:\n      - firewall: {field: user, deny: ["+deny+"]}\n      - ratelimit: {capacity: 1000000000.0, rate: 1000000000.0}\n")
+	}
+	srt := open(t, cfg("mallory"), "echo")
+	crt := open(t, cfg("mallory"), "frontend")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	c := dial(t, addr, crt.DialOptions()...)
+	v0c, v0s := crt.Version(), srt.Version()
+
+	const workers, perWorker = 4, 200
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range perWorker {
+				if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: fmt.Sprint(w, i)}); err != nil {
+					errs <- fmt.Errorf("worker %d rpc %d: %w", w, i, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := range 20 {
+		deny := []string{"mallory", "eve"}[i%2]
+		if err := crt.ReloadYAML(cfg(deny), echoDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := srt.ReloadYAML(cfg(deny), echoDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.calls.Load(); n != workers*perWorker {
+		t.Fatalf("server saw %d calls, want %d", n, workers*perWorker)
+	}
+	if crt.Version() <= v0c || srt.Version() <= v0s {
+		t.Fatalf("versions did not advance: client %d→%d, server %d→%d", v0c, crt.Version(), v0s, srt.Version())
+	}
+}
