@@ -975,7 +975,7 @@ fn borrow_instances<'s>(slots: &'s mut [InstanceSlot], at: &[usize]) -> Vec<&'s 
 /// The replica name control-plane writes to shared state go through.
 const CONTROL_PLANE: &str = "<control-plane>";
 
-fn var_specs(ir: &Element) -> Vec<VarSpec> {
+pub fn var_specs(ir: &Element) -> Vec<VarSpec> {
     ir.state
         .iter()
         .map(|v| VarSpec {
@@ -1027,7 +1027,7 @@ fn control_apply(
 /// Writes a control-plane value: one entry when `key` is given, else the whole variable
 /// (a map's entries are merged in; a vector and a scalar are replaced, so a control plane
 /// that publishes a new replica list drops the replicas it left out).
-fn write_state(
+pub fn write_state(
     store: &mut dyn StateStore,
     ir: &Element,
     var_name: &str,

@@ -1,0 +1,563 @@
+//! The engine: this service's chains, compiled, and the versions RPCs run in.
+//!
+//! The hot path takes no process-wide lock: the version table is read through an
+//! [`ArcSwap`], an RPC holds an `Arc` of the version it runs in (that count is the version's
+//! in-flight count), and the only lock it takes is its segment's, which guards that
+//! segment's element instances.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use arc_swap::ArcSwap;
+use weft_hostcalls::{Code, Message};
+use weft_ir::config::Side;
+use weft_ir::interp::{Host, Instance, RpcInfo};
+use weft_ir::layout::Layout;
+use weft_jit::Buffers;
+use weft_jit::exec::SharedVerdict;
+
+use crate::error::EngineError;
+use crate::version::{
+    Channels, ConfigSource, EngineOptions, Version, VersionCounters, build, side_name,
+};
+use crate::watch::Watcher;
+
+/// The metadata key the first Weft hop stamps with the version's content digest.
+pub const VERSION_HEADER: &str = "weft-version";
+/// The metadata key a routing element writes the chosen replica into.
+pub const ROUTE_HEADER: &str = "dst";
+
+/// gRPC metadata as elements see it: lower-case keys, one value each.
+pub type Metadata = BTreeMap<String, String>;
+
+thread_local! {
+    // Compiled code's scratch arenas, reused by every call on this thread: a call allocates
+    // only what its values need, and threads never share (or wait for) them.
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// A message that continues on its way.
+#[derive(Clone, Debug)]
+pub struct Forwarded {
+    /// The message to send on: the caller's own bytes and metadata unless a flag says an
+    /// element changed them.
+    pub message: Arc<Message>,
+    pub message_changed: bool,
+    pub metadata_changed: bool,
+}
+
+/// What the chain decided.
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    /// Send on (maybe rewritten).
+    Forward(Forwarded),
+    /// Send on to this replica (an element set `dst`); the metadata carries `dst` too.
+    Route { replica: String, forward: Forwarded },
+    /// Fail the RPC with this status.
+    Reject { code: Code, message: String },
+    /// Answer locally with this response; the server is not called.
+    Reply(Arc<Message>),
+}
+
+/// The result of [`Engine::process_request`].
+pub struct RequestOutcome {
+    pub verdict: Verdict,
+    /// Present when the request was forwarded and elements wait for its response: pass it to
+    /// [`Engine::process_response`] (or drop it if no response will come).
+    pub rpc: Option<Rpc>,
+    /// The local install number of the version that ran.
+    pub version: u64,
+}
+
+/// The result of [`Engine::process_response`]: `Forward` or `Reject`.
+pub struct ResponseOutcome {
+    pub verdict: Verdict,
+    pub version: u64,
+}
+
+/// What the server answered.
+#[derive(Clone, Debug)]
+pub enum ServerResponse {
+    Ok {
+        message: Vec<u8>,
+        metadata: Metadata,
+    },
+    Error {
+        code: Code,
+        message: String,
+        metadata: Metadata,
+    },
+}
+
+/// One RPC between its request and its response: the version it runs in (kept alive, code
+/// included, until this is dropped) and the elements whose response handlers must run.
+/// Dropping it without a response ends the elements' per-RPC scratch (a cancelled RPC).
+pub struct Rpc {
+    version: Arc<Version>,
+    segment: usize,
+    method: usize,
+    info: RpcInfo,
+    /// Elements of the segment that forwarded the request; their `resp` handlers run.
+    forwarded: usize,
+    finished: bool,
+}
+
+impl Rpc {
+    /// The local install number of the version this RPC runs in.
+    pub fn version(&self) -> u64 {
+        self.version.number
+    }
+}
+
+impl Drop for Rpc {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let seg = &self.version.segments[self.segment];
+        for inst in seg.instances().iter_mut().take(self.forwarded) {
+            inst.scratch_end(self.info.id);
+        }
+    }
+}
+
+struct Table {
+    current: Arc<Version>,
+    /// Versions replaced while RPCs still ran in them; alive only as long as those RPCs.
+    older: Vec<Weak<Version>>,
+}
+
+/// Install and free counts, for tests and operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionStats {
+    /// The current version's install number.
+    pub current: u64,
+    pub installed: u64,
+    pub freed: u64,
+    /// Versions not current that are still alive (RPCs running in them).
+    pub draining: usize,
+}
+
+pub(crate) struct Inner {
+    service: String,
+    options: EngineOptions,
+    source: Mutex<ConfigSource>,
+    table: ArcSwap<Table>,
+    /// Serialises reloads (never taken by RPCs).
+    reload_lock: Mutex<()>,
+    counters: Arc<VersionCounters>,
+    next_install: AtomicU64,
+    next_rpc: AtomicU64,
+    /// What the watcher's last reload did (an error keeps the old version running).
+    watch_result: Mutex<Option<Result<Reloaded, String>>>,
+}
+
+/// A running Weft engine for one service. Thread-safe; share it by reference or `Arc`.
+pub struct Engine {
+    inner: Arc<Inner>,
+    _watcher: Option<Watcher>,
+}
+
+/// What a successful reload did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// A new version was installed (its install number).
+    Installed(u64),
+    /// The files have the content of the current version; nothing changed.
+    Unchanged(u64),
+}
+
+impl Engine {
+    /// Loads `weft.yaml` at `path` for `service` (its name in the config's edges).
+    pub fn open(
+        path: impl AsRef<Path>,
+        service: &str,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        Engine::start(
+            ConfigSource::File(path.as_ref().to_path_buf()),
+            service,
+            options,
+        )
+    }
+
+    /// Loads a config given as YAML text; relative paths in it are resolved from `base_dir`.
+    pub fn open_yaml(
+        yaml: &str,
+        base_dir: impl AsRef<Path>,
+        service: &str,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let source = ConfigSource::Yaml {
+            text: yaml.to_owned(),
+            base_dir: base_dir.as_ref().to_path_buf(),
+        };
+        Engine::start(source, service, options)
+    }
+
+    fn start(
+        source: ConfigSource,
+        service: &str,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let counters = Arc::new(VersionCounters::default());
+        let first = build(&source, service, &options, 1, &counters)?;
+        let inner = Arc::new(Inner {
+            service: service.to_owned(),
+            source: Mutex::new(source),
+            table: ArcSwap::from_pointee(Table {
+                current: Arc::new(first),
+                older: Vec::new(),
+            }),
+            reload_lock: Mutex::new(()),
+            counters,
+            next_install: AtomicU64::new(2),
+            next_rpc: AtomicU64::new(1),
+            watch_result: Mutex::new(None),
+            options,
+        });
+        let watcher = inner
+            .options
+            .watch_interval
+            .map(|every| Watcher::start(Arc::downgrade(&inner), every));
+        Ok(Engine {
+            inner,
+            _watcher: watcher,
+        })
+    }
+
+    /// The service this engine runs for.
+    pub fn service(&self) -> &str {
+        &self.inner.service
+    }
+
+    /// The current version's local install number (1, 2, …).
+    pub fn version(&self) -> u64 {
+        self.inner.table.load().current.number
+    }
+
+    /// The current version's content digest (the `weft-version` stamp).
+    pub fn digest(&self) -> String {
+        self.inner.table.load().current.digest.clone()
+    }
+
+    /// The order and sides the current version runs an edge's elements in.
+    pub fn layout(&self, edge: &str) -> Option<Layout> {
+        let table = self.inner.table.load();
+        table
+            .current
+            .layouts
+            .iter()
+            .find(|(name, _)| name == edge)
+            .map(|(_, l)| l.clone())
+    }
+
+    pub fn stats(&self) -> VersionStats {
+        self.inner.stats()
+    }
+
+    /// What the config watcher's last reload did, if it reloaded at all: the version it
+    /// installed, or the diagnostic of a reload that failed (the old version kept running).
+    pub fn last_watch_result(&self) -> Option<Result<Reloaded, String>> {
+        self.inner
+            .watch_result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the config source again and installs it beside the current version. On any
+    /// error the current version keeps running and the error carries the diagnostic.
+    pub fn reload(&self) -> Result<Reloaded, EngineError> {
+        self.inner.reload(None)
+    }
+
+    /// Replaces the config with YAML text and installs it (as [`Engine::reload`]); later
+    /// reloads and the watcher use this text.
+    pub fn reload_yaml(
+        &self,
+        yaml: &str,
+        base_dir: impl AsRef<Path>,
+    ) -> Result<Reloaded, EngineError> {
+        self.inner.reload(Some(ConfigSource::Yaml {
+            text: yaml.to_owned(),
+            base_dir: base_dir.as_ref().to_path_buf(),
+        }))
+    }
+
+    /// Runs the request path of `method`'s edge on `side`. The client side stamps
+    /// `weft-version` (the first Weft hop); a stamped request runs the stamped version while
+    /// this process still has it, anything else the current one.
+    pub fn process_request(
+        &self,
+        side: Side,
+        method: &str,
+        metadata: Metadata,
+        message: Vec<u8>,
+    ) -> Result<RequestOutcome, EngineError> {
+        let version = self
+            .inner
+            .version_for(metadata.get(VERSION_HEADER).map(String::as_str));
+        let Some(route) = version.route(side, method) else {
+            return Err(EngineError::NoEdge {
+                service: self.inner.service.clone(),
+                side: side_name(side),
+                method: method.to_owned(),
+            });
+        };
+        let mut msg = Message::request(message);
+        msg.headers = metadata;
+        let mut stamped = false;
+        if side == Side::Client && msg.headers.get(VERSION_HEADER) != Some(&version.digest) {
+            msg.headers
+                .insert(VERSION_HEADER.to_owned(), version.digest.clone());
+            stamped = true;
+        }
+        let input = Arc::new(msg);
+        let seg = &version.segments[route.segment];
+        let Some(compiled) = seg.compiled[route.method].clone() else {
+            // No element of this edge runs on this side: the request passes as it came
+            // (stamped, on the client side).
+            return Ok(RequestOutcome {
+                verdict: forward_verdict(&input, Arc::clone(&input), stamped),
+                rpc: None,
+                version: version.number,
+            });
+        };
+        let mut info = seg.rpc_template[route.method].clone();
+        info.id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
+        let mut channels = Channels(self.inner.options.channels.as_ref());
+        let mut host = Host {
+            clock: &*self.inner.options.clock,
+            channels: &mut channels,
+        };
+        let mut instances_guard = seg.instances();
+        let mut instances: Vec<&mut Instance> = instances_guard.iter_mut().collect();
+        let out = BUFFERS.with_borrow_mut(|bufs| {
+            compiled.request_shared(bufs, &mut instances, Arc::clone(&input), &info, &mut host)
+        });
+        info.routed = out.routed.clone();
+        let early = match out.verdict {
+            SharedVerdict::Forward(m) => {
+                drop(instances);
+                drop(instances_guard);
+                let number = version.number;
+                let forwarded = seg.names.len();
+                return Ok(RequestOutcome {
+                    verdict: forward_verdict(&input, m, stamped),
+                    rpc: Some(Rpc {
+                        version,
+                        segment: route.segment,
+                        method: route.method,
+                        info,
+                        forwarded,
+                        finished: false,
+                    }),
+                    version: number,
+                });
+            }
+            SharedVerdict::Reply(m) => m,
+            SharedVerdict::Reject { code, message } => Arc::new(Message::error(code, message)),
+        };
+        // A rejection or local reply travels up through the response handlers of the
+        // elements before the one that decided (LANGUAGE.md §6), here and now.
+        let answer = if out.decided > 0 {
+            BUFFERS.with_borrow_mut(|bufs| {
+                compiled.response_shared(
+                    bufs,
+                    &mut instances,
+                    out.decided - 1,
+                    early,
+                    &info,
+                    &mut host,
+                )
+            })
+        } else {
+            early
+        };
+        let verdict = if answer.code == Code::Ok {
+            Verdict::Reply(answer)
+        } else {
+            Verdict::Reject {
+                code: answer.code,
+                message: answer.status_message.clone(),
+            }
+        };
+        Ok(RequestOutcome {
+            verdict,
+            rpc: None,
+            version: version.number,
+        })
+    }
+
+    /// Runs the response path of an RPC in the version its request ran in. The verdict is
+    /// `Forward` (maybe rewritten) or `Reject` (the server's error, or an element's).
+    pub fn process_response(
+        &self,
+        mut rpc: Rpc,
+        response: ServerResponse,
+    ) -> Result<ResponseOutcome, EngineError> {
+        let msg = match response {
+            ServerResponse::Ok { message, metadata } => {
+                let mut m = Message::response(message);
+                m.headers = metadata;
+                m
+            }
+            ServerResponse::Error {
+                code,
+                message,
+                metadata,
+            } => {
+                let mut m = Message::error(code, message);
+                m.headers = metadata;
+                m
+            }
+        };
+        let input = Arc::new(msg);
+        let version = Arc::clone(&rpc.version);
+        let seg = &version.segments[rpc.segment];
+        let answer = match (&seg.compiled[rpc.method], rpc.forwarded) {
+            (Some(compiled), n) if n > 0 => {
+                let mut channels = Channels(self.inner.options.channels.as_ref());
+                let mut host = Host {
+                    clock: &*self.inner.options.clock,
+                    channels: &mut channels,
+                };
+                let mut guard = seg.instances();
+                let mut instances: Vec<&mut Instance> = guard.iter_mut().collect();
+                BUFFERS.with_borrow_mut(|bufs| {
+                    compiled.response_shared(
+                        bufs,
+                        &mut instances,
+                        n - 1,
+                        Arc::clone(&input),
+                        &rpc.info,
+                        &mut host,
+                    )
+                })
+            }
+            _ => Arc::clone(&input),
+        };
+        // The response handlers ended every element's scratch for this RPC.
+        rpc.finished = true;
+        let verdict = if answer.code == Code::Ok {
+            forward_verdict(&input, answer, false)
+        } else {
+            Verdict::Reject {
+                code: answer.code,
+                message: answer.status_message.clone(),
+            }
+        };
+        Ok(ResponseOutcome {
+            verdict,
+            version: version.number,
+        })
+    }
+}
+
+/// A forward (or route) verdict, flagging what differs from what the caller passed in.
+fn forward_verdict(input: &Arc<Message>, out: Arc<Message>, stamped: bool) -> Verdict {
+    let same = Arc::ptr_eq(input, &out);
+    let message_changed = !same && out.bytes != input.bytes;
+    let metadata_changed = stamped || (!same && out.headers != input.headers);
+    let forward = Forwarded {
+        message: out,
+        message_changed,
+        metadata_changed,
+    };
+    match forward.message.headers.get(ROUTE_HEADER) {
+        Some(replica) => Verdict::Route {
+            replica: replica.clone(),
+            forward,
+        },
+        None => Verdict::Forward(forward),
+    }
+}
+
+impl Inner {
+    /// The version an RPC runs in: the stamped one while it is alive here, else the current.
+    fn version_for(&self, stamp: Option<&str>) -> Arc<Version> {
+        let table = self.table.load();
+        if let Some(stamp) = stamp
+            && stamp != table.current.digest
+        {
+            for v in &table.older {
+                if let Some(v) = v.upgrade()
+                    && v.digest == stamp
+                {
+                    return v;
+                }
+            }
+        }
+        Arc::clone(&table.current)
+    }
+
+    pub(crate) fn stats(&self) -> VersionStats {
+        let table = self.table.load();
+        VersionStats {
+            current: table.current.number,
+            installed: self.counters.installed.load(Ordering::Relaxed),
+            freed: self.counters.freed.load(Ordering::Relaxed),
+            draining: table.older.iter().filter(|v| v.strong_count() > 0).count(),
+        }
+    }
+
+    pub(crate) fn record_watch_result(&self, result: Result<Reloaded, EngineError>) {
+        *self
+            .watch_result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(result.map_err(|e| e.to_string()));
+    }
+
+    /// The files the current version was built from.
+    pub(crate) fn watched_files(&self) -> Vec<PathBuf> {
+        self.table.load().current.files.clone()
+    }
+
+    pub(crate) fn reload(&self, new_source: Option<ConfigSource>) -> Result<Reloaded, EngineError> {
+        let _serial = self
+            .reload_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let source = match new_source {
+            Some(s) => s,
+            None => self
+                .source
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        };
+        let number = self.next_install.load(Ordering::Relaxed);
+        let built = build(
+            &source,
+            &self.service,
+            &self.options,
+            number,
+            &self.counters,
+        )?;
+        *self.source.lock().unwrap_or_else(PoisonError::into_inner) = source;
+        let current = self.table.load();
+        if built.digest == current.current.digest {
+            // Same content, same stamp: installing it again would only reset element state.
+            return Ok(Reloaded::Unchanged(current.current.number));
+        }
+        self.next_install.fetch_add(1, Ordering::Relaxed);
+        let mut older: Vec<Weak<Version>> = current
+            .older
+            .iter()
+            .filter(|v| v.strong_count() > 0)
+            .cloned()
+            .collect();
+        older.push(Arc::downgrade(&current.current));
+        drop(current);
+        // Only the reload lock's holder stores, so a plain store cannot lose an update.
+        self.table.store(Arc::new(Table {
+            current: Arc::new(built),
+            older,
+        }));
+        Ok(Reloaded::Installed(number))
+    }
+}

@@ -1,0 +1,66 @@
+//! The engine's errors, worded for the operator who has to fix the config or the call.
+
+use weft_ir::config::ConfigError;
+use weft_ir::load::LoadError;
+use weft_ir::plan::PlanError;
+use weft_jit::JitError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot read the Weft config `{path}`: {source}")]
+    ReadConfig {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The YAML itself: unknown keys, bad values (the message has `file:line:col`).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Elements, protos, methods: the message has every diagnostic with its caret.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("{config}: service `{service}` is neither the `from` nor the `to` of any edge{}", known_services(.known))]
+    UnknownService {
+        config: String,
+        service: String,
+        known: Vec<String>,
+    },
+    #[error("edge `{edge}`: {source}")]
+    Plan { edge: String, source: PlanError },
+    #[error(
+        "edge `{edge}`, element `{element}` cannot run inside the application: {reason}; this runtime has only the in-process `lib` processor (the node agent, Wasm sandbox and SmartNIC are not built yet)"
+    )]
+    NeedsOtherProcessor {
+        edge: String,
+        element: String,
+        reason: String,
+    },
+    #[error("edge `{edge}`, element `{element}`: {message}")]
+    Instance {
+        edge: String,
+        element: String,
+        message: String,
+    },
+    #[error("edge `{edge}`, {side} side, method `{method}`: compiling the chain failed: {source}")]
+    Compile {
+        edge: String,
+        side: &'static str,
+        method: String,
+        source: JitError,
+    },
+    #[error("no edge of service `{service}` matches {side}-side method `{method}`")]
+    NoEdge {
+        service: String,
+        side: &'static str,
+        method: String,
+    },
+    #[error("invalid argument: {0}")]
+    Argument(String),
+}
+
+fn known_services(known: &[String]) -> String {
+    if known.is_empty() {
+        "; the config lists no edges".to_owned()
+    } else {
+        format!("; services in this config: {}", known.join(", "))
+    }
+}

@@ -1,0 +1,690 @@
+//! The C ABI the language bindings link against (`runtime/include/weft.h`, generated from
+//! this file by cbindgen; the contract is /work/notes/ffi-contract.md, docs/engine.md).
+//!
+//! Every entry point runs under `catch_unwind`, so nothing unwinds into the caller; errors
+//! are return codes plus a thread-local message ([`weft_last_error`]). Outputs go into
+//! buffers the caller owns; when one is too small the call returns `WEFT_E_BUFFER`, keeps
+//! its outputs, and [`weft_call_output`] copies them once the caller has grown the buffers,
+//! so a chain never runs twice for one call.
+//!
+//! All `unsafe` of the crate is here: turning the caller's pointers into references and
+//! slices. Each block states the part of the contract that makes it sound.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use weft_hostcalls::Code;
+
+use crate::Side;
+use crate::engine::{Engine, Metadata, Rpc, ServerResponse, Verdict};
+use crate::error::EngineError;
+use crate::metadata::{self, Decoded};
+use crate::version::EngineOptions;
+
+pub const WEFT_SIDE_CLIENT: i32 = 0;
+pub const WEFT_SIDE_SERVER: i32 = 1;
+
+/// Send on; `out_message` / `out_metadata` hold rewrites when `*_changed`.
+pub const WEFT_VERDICT_FORWARD: i32 = 0;
+/// Fail the RPC with `code`; `out_message` holds the status message (UTF-8).
+pub const WEFT_VERDICT_REJECT: i32 = 1;
+/// Local reply: `out_message` holds the response bytes; do not call the server.
+pub const WEFT_VERDICT_REPLY: i32 = 2;
+
+pub const WEFT_OK: i32 = 0;
+/// NULL pointer, bad UTF-8, bad metadata encoding, unknown rpc handle.
+pub const WEFT_E_ARGUMENT: i32 = 1;
+/// Config/YAML/element/proto error: `weft_last_error()` has the full diagnostic.
+pub const WEFT_E_CONFIG: i32 = 2;
+/// No edge of this service matches (side, method): pass the RPC through untouched.
+pub const WEFT_E_NO_EDGE: i32 = 3;
+/// An out buffer was too small: each `WeftBuf.len` holds the size needed; call
+/// `weft_call_output`.
+pub const WEFT_E_BUFFER: i32 = 4;
+/// A bug, caught at the boundary: fail the RPC with INTERNAL.
+pub const WEFT_E_PANIC: i32 = 5;
+
+/// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`.
+#[repr(C)]
+pub struct WeftBuf {
+    pub ptr: *mut u8,
+    pub cap: usize,
+    pub len: usize,
+}
+
+/// One call of `weft_request` / `weft_response`: inputs, then outputs.
+#[repr(C)]
+pub struct WeftCall {
+    /// `"/echo.Echo/Say"` (leading slash optional).
+    pub method: *const u8,
+    pub method_len: usize,
+    /// Encoded as repeated `{u32 LE key_len, key, u32 LE value_len, value}`.
+    pub metadata: *const u8,
+    pub metadata_len: usize,
+    /// Protobuf wire bytes as the codec produced them (the response on `weft_response`).
+    pub message: *const u8,
+    pub message_len: usize,
+    /// `weft_request`: out (0 = nothing to do on the response path); `weft_response`: in.
+    pub rpc: u64,
+    /// `weft_response` only: the server's status (0 = OK); on an error set `message_len` 0.
+    pub status_code: i32,
+    pub status_message: *const u8,
+    pub status_message_len: usize,
+    /// `WEFT_VERDICT_*`.
+    pub verdict: i32,
+    /// gRPC status code for `WEFT_VERDICT_REJECT`.
+    pub code: i32,
+    /// 1: `out_message` holds the message to use (forward rewrite, reply, reject text).
+    pub message_changed: i32,
+    /// 1: `out_metadata` holds the complete new metadata.
+    pub metadata_changed: i32,
+    pub out_message: WeftBuf,
+    pub out_metadata: WeftBuf,
+    /// The replica chosen via the `dst` header; len 0 if none.
+    pub route: WeftBuf,
+}
+
+/// An engine plus the handles of RPCs between request and response. Opaque to C.
+pub struct WeftRuntime {
+    engine: Engine,
+    rpcs: RpcTable,
+    /// Outputs of calls that returned `WEFT_E_BUFFER`, by the address of their `WeftCall`
+    /// (rare, so one lock is fine).
+    pending: Mutex<HashMap<usize, Pending>>,
+}
+
+/// Sharded so RPCs on different threads seldom meet on one lock.
+struct RpcTable {
+    shards: Vec<Mutex<HashMap<u64, Rpc>>>,
+    next: AtomicU64,
+}
+
+const RPC_SHARDS: usize = 64;
+
+impl RpcTable {
+    fn new() -> RpcTable {
+        RpcTable {
+            shards: (0..RPC_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn shard(&self, handle: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Rpc>> {
+        self.shards[(handle % RPC_SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn insert(&self, rpc: Rpc) -> u64 {
+        let handle = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(handle).insert(handle, rpc);
+        handle
+    }
+
+    fn take(&self, handle: u64) -> Option<Rpc> {
+        self.shard(handle).remove(&handle)
+    }
+}
+
+/// A call's outputs kept after `WEFT_E_BUFFER`.
+struct Pending {
+    message: Option<Vec<u8>>,
+    metadata: Option<Vec<u8>>,
+    route: Option<Vec<u8>>,
+}
+
+struct FfiError {
+    code: i32,
+    message: String,
+}
+
+impl FfiError {
+    fn argument(message: impl Into<String>) -> FfiError {
+        FfiError {
+            code: WEFT_E_ARGUMENT,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<EngineError> for FfiError {
+    fn from(e: EngineError) -> FfiError {
+        let code = match &e {
+            EngineError::NoEdge { .. } => WEFT_E_NO_EDGE,
+            EngineError::Argument(_) => WEFT_E_ARGUMENT,
+            _ => WEFT_E_CONFIG,
+        };
+        FfiError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    // An interior NUL would cut the message short in C; show it instead.
+    let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    LAST_ERROR.with_borrow_mut(|e| *e = text);
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("internal error in Weft (a bug; please report it): {what}")
+}
+
+/// Runs an entry point: errors become return codes and the thread's last error.
+fn guarded(f: impl FnOnce() -> Result<i32, FfiError>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            set_last_error(&e.message);
+            e.code
+        }
+        Err(panic) => {
+            set_last_error(&panic_message(&*panic));
+            WEFT_E_PANIC
+        }
+    }
+}
+
+/// A NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays valid during the call.
+unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
+    if p.is_null() {
+        return Err(FfiError::argument(format!("`{what}` is NULL")));
+    }
+    // SAFETY: non-NULL, and the caller guarantees a NUL-terminated string valid for the call.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map_err(|e| FfiError::argument(format!("`{what}` is not UTF-8: {e}")))
+}
+
+/// A (pointer, length) byte argument; NULL is allowed for length 0.
+///
+/// # Safety
+/// When `len > 0`, `p` points to `len` readable bytes that stay valid during the call.
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], FfiError> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(FfiError::argument(format!(
+            "`{what}` is NULL but its length is {len}"
+        )));
+    }
+    // SAFETY: non-NULL, and the caller guarantees `len` readable bytes valid for the call.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// # Safety
+/// `rt` is NULL or a pointer `weft_open*` returned and `weft_close` has not freed.
+unsafe fn runtime<'a>(rt: *const WeftRuntime) -> Result<&'a WeftRuntime, FfiError> {
+    if rt.is_null() {
+        return Err(FfiError::argument("the runtime pointer is NULL"));
+    }
+    // SAFETY: a live runtime from `weft_open*` (the caller's contract); only shared
+    // references are made, and `WeftRuntime` is `Sync`.
+    Ok(unsafe { &*rt })
+}
+
+/// # Safety
+/// `call` is NULL or points to a `WeftCall` the caller does not touch during the call.
+unsafe fn call_mut<'a>(call: *mut WeftCall) -> Result<&'a mut WeftCall, FfiError> {
+    if call.is_null() {
+        return Err(FfiError::argument("the call pointer is NULL"));
+    }
+    // SAFETY: non-NULL, properly aligned (the caller allocated a `WeftCall`), and exclusively
+    // ours for the duration of the call.
+    Ok(unsafe { &mut *call })
+}
+
+fn side_of(side: i32) -> Result<Side, FfiError> {
+    match side {
+        WEFT_SIDE_CLIENT => Ok(Side::Client),
+        WEFT_SIDE_SERVER => Ok(Side::Server),
+        other => Err(FfiError::argument(format!(
+            "side {other} is neither WEFT_SIDE_CLIENT (0) nor WEFT_SIDE_SERVER (1)"
+        ))),
+    }
+}
+
+/// Options from the environment: `WEFT_WATCH_MS` sets the config polling interval
+/// (0 turns watching off); `WEFT_SEED` fixes the elements' random streams.
+fn options_from_env() -> EngineOptions {
+    let mut o = EngineOptions::default();
+    if let Some(ms) = std::env::var("WEFT_WATCH_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        o.watch_interval = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    }
+    if let Some(seed) = std::env::var("WEFT_SEED")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        o.seed = seed;
+    }
+    o
+}
+
+fn open_with(f: impl FnOnce() -> Result<Engine, FfiError>) -> *mut WeftRuntime {
+    let mut out = std::ptr::null_mut();
+    guarded(|| {
+        let engine = f()?;
+        out = Box::into_raw(Box::new(WeftRuntime {
+            engine,
+            rpcs: RpcTable::new(),
+            pending: Mutex::new(HashMap::new()),
+        }));
+        Ok(WEFT_OK)
+    });
+    out
+}
+
+/// Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
+/// `weft_last_error()` says why.
+///
+/// # Safety
+/// Both arguments are NULL or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_open(
+    config_path: *const c_char,
+    service: *const c_char,
+) -> *mut WeftRuntime {
+    open_with(|| {
+        // SAFETY: the caller passes NULL or NUL-terminated strings (this function's contract).
+        let (path, service) = unsafe {
+            (
+                c_str(config_path, "config_path")?,
+                c_str(service, "service")?,
+            )
+        };
+        Ok(Engine::open(path, service, options_from_env())?)
+    })
+}
+
+/// Opens a runtime from YAML text; relative paths in it are resolved from `base_dir`.
+///
+/// # Safety
+/// Every argument is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_open_yaml(
+    yaml: *const c_char,
+    base_dir: *const c_char,
+    service: *const c_char,
+) -> *mut WeftRuntime {
+    open_with(|| {
+        // SAFETY: the caller passes NULL or NUL-terminated strings (this function's contract).
+        let (yaml, dir, service) = unsafe {
+            (
+                c_str(yaml, "yaml")?,
+                c_str(base_dir, "base_dir")?,
+                c_str(service, "service")?,
+            )
+        };
+        Ok(Engine::open_yaml(yaml, dir, service, options_from_env())?)
+    })
+}
+
+/// Re-reads the config; on error the old version keeps running and the error is returned.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_reload(rt: *mut WeftRuntime) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        rt.engine.reload()?;
+        Ok(WEFT_OK)
+    })
+}
+
+/// Installs a config given as YAML text (later reloads use it); on error the old version
+/// keeps running.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; the strings are NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_reload_yaml(
+    rt: *mut WeftRuntime,
+    yaml: *const c_char,
+    base_dir: *const c_char,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime and NULL or NUL-terminated strings.
+        let (rt, yaml, dir) = unsafe {
+            (
+                runtime(rt)?,
+                c_str(yaml, "yaml")?,
+                c_str(base_dir, "base_dir")?,
+            )
+        };
+        rt.engine.reload_yaml(yaml, dir)?;
+        Ok(WEFT_OK)
+    })
+}
+
+/// The inputs every call has.
+struct CallInput<'a> {
+    method: &'a str,
+    metadata: Decoded,
+    message: &'a [u8],
+}
+
+/// # Safety
+/// The pointers in `call` satisfy the `WeftCall` contract (readable for their lengths).
+unsafe fn read_input<'a>(call: &WeftCall) -> Result<CallInput<'a>, FfiError> {
+    // SAFETY: the caller guarantees each (pointer, length) pair is readable for the call.
+    let (method, meta, message) = unsafe {
+        (
+            bytes(call.method, call.method_len, "method")?,
+            bytes(call.metadata, call.metadata_len, "metadata")?,
+            bytes(call.message, call.message_len, "message")?,
+        )
+    };
+    let method = std::str::from_utf8(method)
+        .map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
+    let metadata = metadata::decode(meta).map_err(FfiError::argument)?;
+    Ok(CallInput {
+        method,
+        metadata,
+        message,
+    })
+}
+
+/// Runs the request path. See the contract for the verdicts and `rpc`.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `call` is NULL or a valid `WeftCall` whose input pointers
+/// are readable and whose output buffers are writable for their `cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mut WeftCall) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
+        let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        call.rpc = 0;
+        let side = side_of(side)?;
+        // SAFETY: the call's input pointers are readable (this function's contract).
+        let input = unsafe { read_input(call)? };
+        let out = rt.engine.process_request(
+            side,
+            input.method,
+            input.metadata.visible,
+            input.message.to_vec(),
+        )?;
+        if let Some(rpc) = out.rpc {
+            call.rpc = rt.rpcs.insert(rpc);
+        }
+        write_verdict(rt, call, &out.verdict, &input.metadata.passthrough)
+    })
+}
+
+/// Runs the response path of the RPC `call.rpc` in the version its request ran in.
+///
+/// # Safety
+/// As [`weft_request`]; `status_message` is readable for `status_message_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_response(
+    rt: *mut WeftRuntime,
+    side: i32,
+    call: *mut WeftCall,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
+        let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        side_of(side)?;
+        // SAFETY: the call's input pointers are readable (this function's contract).
+        let input = unsafe { read_input(call)? };
+        // SAFETY: as above, for the status message.
+        let status_message = unsafe {
+            bytes(
+                call.status_message,
+                call.status_message_len,
+                "status_message",
+            )?
+        };
+        let Some(rpc) = rt.rpcs.take(call.rpc) else {
+            return Err(FfiError::argument(format!(
+                "unknown rpc handle {} (0, already answered, abandoned, or from another runtime)",
+                call.rpc
+            )));
+        };
+        let response = match call.status_code {
+            0 => ServerResponse::Ok {
+                message: input.message.to_vec(),
+                metadata: input.metadata.visible,
+            },
+            n => ServerResponse::Error {
+                code: u32::try_from(n)
+                    .ok()
+                    .and_then(Code::from_number)
+                    .unwrap_or(Code::Unknown),
+                message: String::from_utf8_lossy(status_message).into_owned(),
+                metadata: input.metadata.visible,
+            },
+        };
+        let out = rt.engine.process_response(rpc, response)?;
+        write_verdict(rt, call, &out.verdict, &input.metadata.passthrough)
+    })
+}
+
+/// After `WEFT_E_BUFFER`: copies the outputs the call kept into the (now bigger) buffers.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `call` is the same `WeftCall` that returned
+/// `WEFT_E_BUFFER`, its output buffers writable for their `cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_call_output(rt: *mut WeftRuntime, call: *mut WeftCall) -> i32 {
+    guarded(|| {
+        let key = call as usize;
+        // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
+        let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        let mut pending = rt.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(p) = pending.get(&key) else {
+            return Err(FfiError::argument(
+                "this call has no pending output (weft_call_output follows a WEFT_E_BUFFER on the same WeftCall)",
+            ));
+        };
+        let fits = fits(&call.out_message, p.message.as_deref())
+            & fits(&call.out_metadata, p.metadata.as_deref())
+            & fits(&call.route, p.route.as_deref());
+        if !fits {
+            return Ok(WEFT_E_BUFFER);
+        }
+        // SAFETY: every buffer was checked to hold its output; the caller guarantees each is
+        // writable for its `cap`.
+        unsafe {
+            copy_out(&mut call.out_message, p.message.as_deref());
+            copy_out(&mut call.out_metadata, p.metadata.as_deref());
+            copy_out(&mut call.route, p.route.as_deref());
+        }
+        pending.remove(&key);
+        Ok(WEFT_OK)
+    })
+}
+
+/// Forgets an RPC whose request was forwarded but whose response will never come
+/// (cancelled); its elements' per-RPC scratch ends and its version may be freed.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_rpc_abandon(rt: *mut WeftRuntime, rpc: u64) {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        drop(rt.rpcs.take(rpc));
+        Ok(WEFT_OK)
+    });
+}
+
+/// The active config version's local install number (1, 2, …); 0 for NULL.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_version(rt: *const WeftRuntime) -> u64 {
+    let mut v = 0;
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        v = unsafe { runtime(rt)? }.engine.version();
+        Ok(WEFT_OK)
+    });
+    v
+}
+
+/// The message of the last failed call on this thread ("" if none); valid until the next
+/// call on this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_last_error() -> *const c_char {
+    catch_unwind(|| LAST_ERROR.with_borrow(|e| e.as_ptr())).unwrap_or(c"".as_ptr())
+}
+
+/// Closes a runtime: stops its config watcher, drops RPCs still waiting for a response and
+/// frees every version. NULL is ignored.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime, not used by any other thread now or afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_close(rt: *mut WeftRuntime) {
+    guarded(|| {
+        if !rt.is_null() {
+            // SAFETY: `rt` came from `Box::into_raw` in `weft_open*` and the caller hands it
+            // back exactly once, with no call running on it.
+            drop(unsafe { Box::from_raw(rt) });
+        }
+        Ok(WEFT_OK)
+    });
+}
+
+/// What a buffer can take: a NULL buffer holds nothing, whatever its `cap` says.
+fn capacity(buf: &WeftBuf) -> usize {
+    if buf.ptr.is_null() { 0 } else { buf.cap }
+}
+
+fn fits(buf: &WeftBuf, out: Option<&[u8]>) -> bool {
+    out.is_none_or(|o| o.len() <= capacity(buf))
+}
+
+/// Copies `out` into `buf` and sets its length (0 when there is nothing).
+///
+/// # Safety
+/// `out` fits in [`capacity`] of `buf` (so `ptr` is non-NULL when `out` is not empty), and
+/// `buf.ptr` is writable for `buf.cap` bytes.
+unsafe fn copy_out(buf: &mut WeftBuf, out: Option<&[u8]>) {
+    let out = out.unwrap_or(&[]);
+    if !out.is_empty() {
+        // SAFETY: `out.len() <= cap` (checked by the caller), `ptr` is writable for `cap`
+        // bytes (the WeftBuf contract), and caller memory cannot overlap Weft's own.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), buf.ptr, out.len()) };
+    }
+    buf.len = out.len();
+}
+
+/// Fills the call's verdict fields and output buffers, or keeps the outputs for
+/// `weft_call_output` when a buffer is too small.
+fn write_verdict(
+    rt: &WeftRuntime,
+    call: &mut WeftCall,
+    verdict: &Verdict,
+    passthrough: &[(String, Vec<u8>)],
+) -> Result<i32, FfiError> {
+    let (kind, code, message, metadata, route): (
+        i32,
+        i32,
+        Option<&[u8]>,
+        Option<&Metadata>,
+        Option<&str>,
+    ) = match verdict {
+        Verdict::Forward(f) => (
+            WEFT_VERDICT_FORWARD,
+            0,
+            f.message_changed.then_some(f.message.bytes.as_slice()),
+            f.metadata_changed.then_some(&f.message.headers),
+            None,
+        ),
+        Verdict::Route { replica, forward } => (
+            WEFT_VERDICT_FORWARD,
+            0,
+            forward
+                .message_changed
+                .then_some(forward.message.bytes.as_slice()),
+            forward.metadata_changed.then_some(&forward.message.headers),
+            Some(replica.as_str()),
+        ),
+        Verdict::Reject { code, message } => (
+            WEFT_VERDICT_REJECT,
+            code.number() as i32,
+            Some(message.as_bytes()),
+            None,
+            None,
+        ),
+        Verdict::Reply(m) => (
+            WEFT_VERDICT_REPLY,
+            0,
+            Some(m.bytes.as_slice()),
+            (!m.headers.is_empty()).then_some(&m.headers),
+            None,
+        ),
+    };
+    call.verdict = kind;
+    call.code = code;
+    call.message_changed = i32::from(message.is_some());
+    call.metadata_changed = i32::from(metadata.is_some());
+    let metadata_len = metadata.map(|m| metadata::encoded_len(m, passthrough));
+    let route = route.map(str::as_bytes);
+    let fit = fits(&call.out_message, message)
+        && metadata_len.is_none_or(|n| n <= capacity(&call.out_metadata))
+        && fits(&call.route, route);
+    if !fit {
+        call.out_message.len = message.map_or(0, <[u8]>::len);
+        call.out_metadata.len = metadata_len.unwrap_or(0);
+        call.route.len = route.map_or(0, <[u8]>::len);
+        let pending = Pending {
+            message: message.map(<[u8]>::to_vec),
+            metadata: metadata.map(|m| metadata::encode(m, passthrough)),
+            route: route.map(<[u8]>::to_vec),
+        };
+        rt.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(call as *mut WeftCall as usize, pending);
+        set_last_error(
+            "an output buffer is too small: each WeftBuf.len holds the size needed; grow them and call weft_call_output",
+        );
+        return Ok(WEFT_E_BUFFER);
+    }
+    // SAFETY: each output fits its buffer (checked above), and the caller guarantees the
+    // buffers are writable for their `cap`.
+    unsafe {
+        copy_out(&mut call.out_message, message);
+        copy_out(&mut call.route, route);
+    }
+    match (metadata, metadata_len) {
+        (Some(m), Some(n)) if n > 0 => {
+            // SAFETY: `ptr` is non-NULL and writable for `cap >= n` bytes (checked above; the
+            // WeftBuf contract), and nothing else refers to that memory during the call.
+            let out = unsafe { std::slice::from_raw_parts_mut(call.out_metadata.ptr, n) };
+            call.out_metadata.len = metadata::encode_into(m, passthrough, out);
+        }
+        _ => call.out_metadata.len = 0,
+    }
+    Ok(WEFT_OK)
+}

@@ -1,0 +1,91 @@
+//! Where an edge's elements run in this process: the planner's choice, restricted to the
+//! in-process `lib` processor, the only one this runtime has.
+//!
+//! The planner may still move an `any` element between the client and the server side (when
+//! the equivalence checker proves that changes nothing observable), so the client and the
+//! server process must reach the same answer from the same files. The exact search is
+//! deterministic; the annealer is not (it runs against a wall-clock budget), so chains too
+//! long for the exact search, or whose exact search runs out of time, keep their configured
+//! order and sides. See docs/engine.md.
+
+use std::time::{Duration, Instant};
+
+use weft_ir::config::{Processor, Side};
+use weft_ir::cost::CostTable;
+use weft_ir::layout::Layout;
+use weft_ir::load::LoadedEdge;
+use weft_ir::plan::{PlanError, Problem};
+
+use crate::error::EngineError;
+
+/// Chains up to this many elements are searched exactly (the planner's own default).
+const EXACT_LIMIT: usize = 12;
+
+/// The order and sides of an edge's elements, every one of them on the `lib` processor.
+pub fn in_process_layout(edge: &LoadedEdge, budget: Duration) -> Result<Layout, EngineError> {
+    let name = edge.edge.name.clone();
+    let plan_err = |source: PlanError| EngineError::Plan {
+        edge: name.clone(),
+        source,
+    };
+    let mut pb = Problem::new(edge, &CostTable::paper(), None).map_err(plan_err)?;
+    for (k, stages) in pb.allowed.stages.iter_mut().enumerate() {
+        stages.retain(|s| s.processor == Processor::Lib);
+        if stages.is_empty() {
+            let why = pb
+                .allowed
+                .why
+                .get(k)
+                .map(|w| w.join("; "))
+                .unwrap_or_default();
+            return Err(EngineError::NeedsOtherProcessor {
+                edge: name.clone(),
+                element: pb.names.get(k).cloned().unwrap_or_default(),
+                reason: if why.is_empty() {
+                    "its constraints exclude `lib`".into()
+                } else {
+                    why
+                },
+            });
+        }
+    }
+    let configured = pb.configured().map(|(_, p)| p);
+    let searched = if pb.len() <= EXACT_LIMIT {
+        pb.exact(Instant::now() + budget).map(|(_, p)| p)
+    } else {
+        None
+    };
+    let placement = match searched.or(configured) {
+        Some(p) => p,
+        None => {
+            return Err(plan_err(PlanError::Infeasible {
+                edge: name.clone(),
+                message: "the configured chain cannot be placed in-process".into(),
+            }));
+        }
+    };
+    let layout = placement.layout();
+    // The search only keeps layouts the checker accepted; checking once more means a planner
+    // bug cannot make this process run a chain that behaves differently from the configured one.
+    let verdict = pb.checker.check(&layout, pb.obs);
+    if !verdict.equivalent {
+        return Err(plan_err(PlanError::Infeasible {
+            edge: name.clone(),
+            message: format!(
+                "internal error: the planned placement is not equivalent ({})",
+                verdict.reason
+            ),
+        }));
+    }
+    Ok(layout)
+}
+
+/// The chain positions that run on `side`, in the order a request meets them.
+pub fn side_elements(layout: &Layout, side: Side) -> Vec<usize> {
+    layout
+        .order
+        .iter()
+        .copied()
+        .filter(|&k| layout.sides[k] == side)
+        .collect()
+}

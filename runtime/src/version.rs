@@ -1,0 +1,415 @@
+//! One installed version of this service's chains: the config it was built from, its content
+//! digest, every segment compiled, and the element instances that run them.
+//!
+//! A version owns its compiled code and its element state. The engine holds the current one;
+//! every RPC in flight holds the version it started in, so a version (and its machine code)
+//! is freed exactly when it is no longer current and its last RPC has finished.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
+use weft_hostcalls::clock::Clock;
+use weft_hostcalls::rng::SeededRng;
+use weft_hostcalls::state::SharedState;
+use weft_ir::config::{Config, Side};
+use weft_ir::interp::{self, Host, Instance, RpcInfo};
+use weft_ir::layout::Layout;
+use weft_ir::load::{LoadedEdge, element_source, load_edge};
+use weft_ir::sim::{var_specs, write_state};
+use weft_jit::{Compiled, Fusion, block_store, compile};
+
+use crate::error::EngineError;
+use crate::placement::{in_process_layout, side_elements};
+
+/// Where a version's config comes from.
+#[derive(Clone, Debug)]
+pub enum ConfigSource {
+    /// A `weft.yaml` on disk; reloads read it again.
+    File(PathBuf),
+    /// YAML text; relative paths in it are resolved against `base_dir`.
+    Yaml { text: String, base_dir: PathBuf },
+}
+
+/// Receives every channel record (`send(rpc, log)`) the elements emit.
+pub type ChannelObserver = Arc<dyn Fn(&ChannelRecord) + Send + Sync>;
+
+/// How the engine builds and runs versions.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// The clock elements read (`current_time()`); real monotonic time by default, a virtual
+    /// clock in tests that compare with the simulator.
+    pub clock: Arc<dyn Clock>,
+    /// Seeds every element instance's random stream (with its name, as the simulator does).
+    pub seed: u64,
+    /// Wall-clock budget for the planner's exact search per edge.
+    pub plan_budget: Duration,
+    /// Poll the config files this often and reload when their content changes; `None` turns
+    /// watching off.
+    pub watch_interval: Option<Duration>,
+    /// Channel records go here; without an observer they are dropped.
+    pub channels: Option<ChannelObserver>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            clock: Arc::new(weft_hostcalls::clock::MonotonicClock::new()),
+            seed: seed_from_environment(),
+            plan_budget: Duration::from_secs(2),
+            watch_interval: Some(Duration::from_secs(1)),
+            channels: None,
+        }
+    }
+}
+
+/// A different seed per process, so replicas of a service do not draw the same numbers.
+fn seed_from_environment() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ (u64::from(std::process::id()) << 32)
+}
+
+/// Counters shared by every version of one engine.
+#[derive(Debug, Default)]
+pub struct VersionCounters {
+    pub installed: AtomicU64,
+    /// Versions whose code and state were freed (dropped after their last RPC).
+    pub freed: AtomicU64,
+}
+
+/// Which segment and method a (side, method) resolves to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MethodRoute {
+    pub segment: usize,
+    pub method: usize,
+}
+
+/// The elements of one edge that run on one side in this process, fused per method.
+pub(crate) struct Segment {
+    pub edge: String,
+    /// Instance names in chain order.
+    pub names: Vec<String>,
+    /// One instance per element, whatever the method (as in the simulator). The lock is per
+    /// segment: RPCs of other edges, sides and versions never wait for it.
+    instances: Mutex<Vec<Instance>>,
+    /// By method index; `None` when no element of the edge runs on this side.
+    pub compiled: Vec<Option<Arc<Compiled>>>,
+    /// By method index: what `rpc_id()`, `method()`, `src()`, `dst()` see, minus the id.
+    pub rpc_template: Vec<RpcInfo>,
+}
+
+impl Segment {
+    pub fn instances(&self) -> MutexGuard<'_, Vec<Instance>> {
+        // A panic while the lock was held was caught at the call boundary; the instances'
+        // state is whatever the handlers had written, as after a run-time error.
+        self.instances
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(crate) struct Version {
+    /// The local install counter: 1, 2, … (logs, tests, `weft_version()`).
+    pub number: u64,
+    /// 16 hex digits of the content digest; the `weft-version` stamp.
+    pub digest: String,
+    pub client: HashMap<String, MethodRoute>,
+    pub server: HashMap<String, MethodRoute>,
+    pub segments: Vec<Segment>,
+    /// Per edge of this service: the planned order and sides.
+    pub layouts: Vec<(String, Layout)>,
+    /// The files this version was built from (config, protos, element sources), to watch.
+    pub files: Vec<PathBuf>,
+    counters: Arc<VersionCounters>,
+}
+
+impl Drop for Version {
+    fn drop(&mut self) {
+        self.counters.freed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Version {
+    pub fn route(&self, side: Side, method: &str) -> Option<MethodRoute> {
+        let method = method.strip_prefix('/').unwrap_or(method);
+        match side {
+            Side::Client => self.client.get(method).copied(),
+            Side::Server => self.server.get(method).copied(),
+        }
+    }
+}
+
+/// Channel records go to the observer, if any.
+pub(crate) struct Channels<'a>(pub Option<&'a ChannelObserver>);
+
+impl ChannelSink for Channels<'_> {
+    fn emit(&mut self, record: ChannelRecord) {
+        if let Some(f) = self.0 {
+            f(&record);
+        }
+    }
+}
+
+/// Reads and parses the config text.
+fn read_config(source: &ConfigSource) -> Result<(Config, String), EngineError> {
+    match source {
+        ConfigSource::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| EngineError::ReadConfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            let config = Config::parse(&path.display().to_string(), dir, &text)?;
+            Ok((config, text))
+        }
+        ConfigSource::Yaml { text, base_dir } => {
+            let config = Config::parse("<weft.yaml text>", base_dir, text)?;
+            Ok((config, text.clone()))
+        }
+    }
+}
+
+/// The content digest every process loading the same files agrees on: the YAML, every proto
+/// it lists, and the source of every element any edge uses (standard elements included, so
+/// two builds of Weft with different standard libraries disagree, as they should). Paths
+/// enter relative to the config's directory, so where the files live does not matter.
+fn content_digest(config: &Config, yaml: &str) -> (String, Vec<PathBuf>) {
+    let mut h = Sha256::new();
+    let mut files = Vec::new();
+    let mut feed = |label: &str, bytes: &[u8]| {
+        h.update((label.len() as u64).to_le_bytes());
+        h.update(label.as_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    feed("weft.yaml", yaml.as_bytes());
+    for proto in &config.protos {
+        let label = proto.strip_prefix(&config.dir).unwrap_or(proto);
+        let bytes = std::fs::read(proto).unwrap_or_default();
+        feed(&format!("proto:{}", label.display()), &bytes);
+        files.push(proto.clone());
+    }
+    for edge in &config.edges {
+        for (_, use_) in edge.chain() {
+            match element_source(config, use_) {
+                Some(src) => {
+                    if !src.path.starts_with("<std>") {
+                        files.push(PathBuf::from(&src.path));
+                    }
+                    feed(&format!("element:{}", use_.element), src.text.as_bytes());
+                }
+                None => feed(&format!("missing-element:{}", use_.element), b""),
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    let sum = h.finalize();
+    let hex: String = sum.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    (hex, files)
+}
+
+/// Builds a version: loads, plans and compiles every edge this service is an end of, and
+/// starts every element instance (running `init` and the config's `state:`).
+pub(crate) fn build(
+    source: &ConfigSource,
+    service: &str,
+    options: &EngineOptions,
+    number: u64,
+    counters: &Arc<VersionCounters>,
+) -> Result<Version, EngineError> {
+    let (config, yaml) = read_config(source)?;
+    let (digest, mut files) = content_digest(&config, &yaml);
+    if let ConfigSource::File(p) = source {
+        files.push(p.clone());
+    }
+    let mine: Vec<&weft_ir::config::Edge> = config
+        .edges
+        .iter()
+        .filter(|e| e.from == service || e.to == service)
+        .collect();
+    if mine.is_empty() {
+        let mut known: Vec<String> = config
+            .edges
+            .iter()
+            .flat_map(|e| [e.from.clone(), e.to.clone()])
+            .collect();
+        known.sort();
+        known.dedup();
+        return Err(EngineError::UnknownService {
+            config: config.file.clone(),
+            service: service.to_owned(),
+            known,
+        });
+    }
+    let shared = SharedState::new();
+    let mut version = Version {
+        number,
+        digest,
+        client: HashMap::new(),
+        server: HashMap::new(),
+        segments: Vec::new(),
+        layouts: Vec::new(),
+        files,
+        counters: Arc::clone(counters),
+    };
+    for edge in mine {
+        let loaded = load_edge(&config, &edge.name)?;
+        let layout = in_process_layout(&loaded, options.plan_budget)?;
+        for side in [Side::Client, Side::Server] {
+            let end = match side {
+                Side::Client => &edge.from,
+                Side::Server => &edge.to,
+            };
+            if end != service {
+                continue;
+            }
+            let segment = build_segment(&loaded, &layout, side, service, options, &shared)?;
+            let index = version.segments.len();
+            let routes = match side {
+                Side::Client => &mut version.client,
+                Side::Server => &mut version.server,
+            };
+            for (m, method) in loaded.methods.iter().enumerate() {
+                let route = MethodRoute {
+                    segment: index,
+                    method: m,
+                };
+                if let Some(other) = routes.insert(method.full_name.clone(), route) {
+                    let other = &version.segments[other.segment].edge;
+                    return Err(EngineError::Argument(format!(
+                        "edges `{other}` and `{}` both apply to {}-side method `{}` of service `{service}`; an RPC must belong to one edge",
+                        edge.name,
+                        side_name(side),
+                        method.full_name
+                    )));
+                }
+            }
+            version.segments.push(segment);
+        }
+        version.layouts.push((edge.name.clone(), layout));
+    }
+    counters.installed.fetch_add(1, Ordering::Relaxed);
+    Ok(version)
+}
+
+pub fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Client => "client",
+        Side::Server => "server",
+    }
+}
+
+fn build_segment(
+    loaded: &LoadedEdge,
+    layout: &Layout,
+    side: Side,
+    service: &str,
+    options: &EngineOptions,
+    shared: &SharedState,
+) -> Result<Segment, EngineError> {
+    let edge = &loaded.edge;
+    let positions = side_elements(layout, side);
+    let mut instances = Vec::with_capacity(positions.len());
+    let mut channels = Channels(options.channels.as_ref());
+    for &k in &positions {
+        instances.push(start_instance(
+            loaded,
+            k,
+            service,
+            options,
+            shared,
+            &mut channels,
+        )?);
+    }
+    let mut compiled = Vec::with_capacity(loaded.methods.len());
+    let mut rpc_template = Vec::with_capacity(loaded.methods.len());
+    for method in &loaded.methods {
+        let irs: Vec<_> = positions
+            .iter()
+            .filter_map(|&k| loaded.elements[k].ir.get(&method.full_name).cloned())
+            .collect();
+        compiled.push(if irs.is_empty() {
+            None
+        } else {
+            let c = compile(&irs, Fusion::Fused).map_err(|source| EngineError::Compile {
+                edge: edge.name.clone(),
+                side: side_name(side),
+                method: method.full_name.clone(),
+                source,
+            })?;
+            Some(Arc::new(c))
+        });
+        rpc_template.push(RpcInfo {
+            id: 0,
+            method: method.full_name.clone(),
+            // The server side does not know the calling replica; the calling service stands
+            // for it (the simulator's `src` for a single caller).
+            src: edge.from.clone(),
+            service: edge.to.clone(),
+            routed: None,
+        });
+    }
+    Ok(Segment {
+        edge: edge.name.clone(),
+        names: positions
+            .iter()
+            .map(|&k| loaded.elements[k].use_.name.clone())
+            .collect(),
+        instances: Mutex::new(instances),
+        compiled,
+        rpc_template,
+    })
+}
+
+/// Starts element `k`'s instance as the simulator does: state in the version's stores, its
+/// own random stream, `init`, then the config's `state:` values.
+fn start_instance(
+    loaded: &LoadedEdge,
+    k: usize,
+    service: &str,
+    options: &EngineOptions,
+    shared: &SharedState,
+    channels: &mut Channels<'_>,
+) -> Result<Instance, EngineError> {
+    let el = &loaded.elements[k];
+    let err = |message: String| EngineError::Instance {
+        edge: loaded.edge.name.clone(),
+        element: el.use_.name.clone(),
+        message,
+    };
+    let ir = loaded
+        .methods
+        .first()
+        .and_then(|m| el.ir.get(&m.full_name))
+        .cloned()
+        .ok_or_else(|| err("was not checked against any method of the edge".into()))?;
+    let scope = format!("{}/{}", loaded.edge.name, el.use_.name);
+    let store = shared.instance_store(&scope, service, &var_specs(&ir));
+    let store = block_store(&ir, Box::new(store));
+    let rng = SeededRng::for_stream(options.seed, &format!("{}@{service}", el.use_.name));
+    let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
+    let mut host = Host {
+        clock: &*options.clock,
+        channels,
+    };
+    interp::run_init(&mut instance, &ir, &mut host)
+        .map_err(|e| err(format!("`init` failed: {e}")))?;
+    for (var, value) in &el.use_.state {
+        write_state(instance.store.as_mut(), &ir, var, None, value.clone())
+            .map_err(|m| err(format!("config state `{var}`: {m}")))?;
+    }
+    Ok(instance)
+}

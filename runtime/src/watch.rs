@@ -1,0 +1,95 @@
+//! Watching the config files: a polling thread that reloads when the content of the config,
+//! a proto or an element source of the current version changes.
+//!
+//! Polling rather than inotify: it needs no dependency, behaves the same on every platform
+//! and file system (network mounts, Kubernetes ConfigMap symlink swaps), and the files are a
+//! few kilobytes read once a second.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::engine::Inner;
+
+/// Stops and joins the polling thread when dropped.
+pub(crate) struct Watcher {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The content of every watched file (a missing file counts as a content of its own).
+fn fingerprint(files: &[PathBuf]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.as_os_str().as_encoded_bytes());
+        match std::fs::read(f) {
+            Ok(bytes) => {
+                h.update([1]);
+                h.update((bytes.len() as u64).to_le_bytes());
+                h.update(&bytes);
+            }
+            Err(_) => h.update([0]),
+        }
+    }
+    h.finalize().into()
+}
+
+impl Watcher {
+    pub(crate) fn start(engine: Weak<Inner>, every: Duration) -> Watcher {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop_seen = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("weft-config-watch".into())
+            .spawn(move || {
+                let mut seen = match engine.upgrade() {
+                    Some(e) => fingerprint(&e.watched_files()),
+                    None => return,
+                };
+                loop {
+                    let (lock, cvar) = &*stop_seen;
+                    let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                    let (stopped, _) = cvar
+                        .wait_timeout_while(stopped, every, |s| !*s)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if *stopped {
+                        return;
+                    }
+                    drop(stopped);
+                    let Some(e) = engine.upgrade() else { return };
+                    let files = e.watched_files();
+                    let now = fingerprint(&files);
+                    if now == seen {
+                        continue;
+                    }
+                    // A failed reload (a half-written file, a broken element) keeps the old
+                    // version and is reported; the next change to the files tries again.
+                    let result = e.reload(None);
+                    e.record_watch_result(result);
+                    let files_after = e.watched_files();
+                    // Taken before the reload read the files, so a write during it is seen
+                    // at the next poll; a new version may watch other files.
+                    seen = if files_after == files {
+                        now
+                    } else {
+                        fingerprint(&files_after)
+                    };
+                }
+            })
+            .ok();
+        Watcher { stop, thread }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let (lock, cvar) = &*self.stop;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cvar.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
