@@ -2,6 +2,7 @@ package weft
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -210,7 +211,7 @@ func (w *serverStream) RecvMsg(v any) error {
 }
 
 // errAnswered: the chain answered the message locally; the handler waits for the next one.
-var errAnswered = status.Error(codes.OK, "answered locally")
+var errAnswered = errors.New("weft: answered locally")
 
 func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	if w.codec {
