@@ -9,11 +9,12 @@ awk '
         if ($(i+1) == "ns/op") ns[name, ++n[name]] = $i
         if ($(i+1) == "B/op") bytes[name] = $i
         if ($(i+1) == "allocs/op") allocs[name] = $i
+        if ($(i+1) == "cpu-ns/op") cpu[name, n[name]] = $i
     }
 }
-function median(name,   k, j, t, c, v) {
+function median(name, arr,   k, j, t, c, v) {
     c = n[name]
-    for (k = 1; k <= c; k++) v[k] = ns[name, k]
+    for (k = 1; k <= c; k++) v[k] = (arr == "cpu") ? cpu[name, k] : ns[name, k]
     for (k = 1; k <= c; k++) for (j = k + 1; j <= c; j++) if (v[j] < v[k]) { t = v[k]; v[k] = v[j]; v[j] = t }
     return (c % 2) ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
 }
@@ -22,16 +23,20 @@ END {
     for (g = 1; g <= 2; g++) {
         base = "Benchmark" groups[g] "/none"
         if (!(base in n)) continue
-        b = median(base)
-        printf "%-28s %12s %10s %10s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op"
+        b = median(base, "ns"); bc = median(base, "cpu")
+        printf "%-28s %10s %10s %10s %12s %14s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op", "cpu-ns/op", "added cpu-ns"
         split("none handwritten weft", vs, " ")
         for (k = 1; k <= 3; k++) {
             name = "Benchmark" groups[g] "/" vs[k]
             if (!(name in n)) continue
-            m[vs[k]] = median(name)
-            printf "%-28s %12.0f %10s %10s %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
+            m[vs[k]] = median(name, "ns"); mc[vs[k]] = median(name, "cpu")
+            if (mc[vs[k]] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]], mc[vs[k]] - bc
+            else printf "%-28s %10.0f %10s %10s %12.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
         }
         hw = m["handwritten"] - b; wf = m["weft"] - b
-        if (hw > 0) printf "%s: Weft adds %.2f us, hand-written %.2f us; ratio weft/hand-written %.2f\n\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        if (hw > 0) printf "%s latency: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        hw = mc["handwritten"] - bc; wf = mc["weft"] - bc
+        if (mc["weft"] != "" && hw > 0) printf "%s CPU: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        print ""
     }
 }' "$1"

@@ -279,6 +279,7 @@ func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
 	var reply []byte
 	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
 	wantCode(t, err, codes.InvalidArgument, "")
+	t.Logf("caller sees: %v", err)
 	if srv.calls.Load() != 0 {
 		t.Fatal("a corrupt request reached the handler")
 	}
