@@ -70,6 +70,8 @@ import "C"
 import (
 	"runtime"
 	"unsafe"
+
+	"google.golang.org/grpc/metadata"
 )
 
 const (
@@ -167,7 +169,9 @@ type callState struct {
 
 	// interned keeps the strings of rewritten metadata (mostly the same weft-version and dst
 	// values over and over) so decoding them does not allocate each time.
-	interned map[string]string
+	interned    map[string]string
+	lastMD      metadata.MD
+	lastMDBytes []byte
 
 	// The pre-encoded request and the reply holder of the client-side codec path; in the
 	// pooled state so passing them to grpc-go does not allocate.

@@ -30,9 +30,24 @@ func hasUpper(s string) bool {
 	return false
 }
 
-// decodeMD reads the complete metadata the chain produced. Keys and values are interned per
-// call state: the rewritten metadata is mostly the same weft-version and dst strings.
+// decodeMD reads the complete metadata the chain produced. Most RPCs get the same rewrite
+// (just the weft-version stamp, or the stamp and a dst), so the last result is kept per call
+// state and reused when the bytes repeat; it is never modified after it is built, which is
+// what makes sharing it between RPCs safe (grpc-go only reads outgoing metadata, and
+// metadata.FromIncomingContext hands handlers a copy).
 func (s *callState) decodeMD(b []byte) metadata.MD {
+	if s.lastMD != nil && string(b) == string(s.lastMDBytes) {
+		return s.lastMD
+	}
+	md := s.parseMD(b)
+	s.lastMDBytes = append(s.lastMDBytes[:0], b...)
+	s.lastMD = md
+	return md
+}
+
+// parseMD interns keys and values per call state: they are mostly the same weft-version and
+// dst strings.
+func (s *callState) parseMD(b []byte) metadata.MD {
 	md := make(metadata.MD, 4)
 	for len(b) >= 4 {
 		n := int(binary.LittleEndian.Uint32(b))

@@ -180,6 +180,9 @@ func putCall(s *callState) {
 	if len(s.interned) > 1024 {
 		clear(s.interned)
 	}
+	if len(s.lastMDBytes) > 4096 { // do not pin one huge rewrite in the pool
+		s.lastMD, s.lastMDBytes = nil, nil
+	}
 	callPool.Put(s)
 }
 
