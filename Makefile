@@ -113,6 +113,8 @@ go-bench: go-gen
 go-demo: go-gen
 	$(CARGO) build -q -p weft-runtime
 	@echo "== Go demo: grpc-go client (frontend) -> server (echo), examples/go-echo/weft.yaml in-process"
+	@echo "== where each element runs (weft plan):"
+	@$(WEFT) plan --config examples/go-echo/weft.yaml | sed '/^  cost/q'
 	GOFLAGS="$$GOFLAGS -tags=weft_debug" ./examples/go-echo/demo.sh
 
 clean:
