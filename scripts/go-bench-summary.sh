@@ -25,18 +25,23 @@ END {
         if (!(base in n)) continue
         b = median(base, "ns"); bc = median(base, "cpu")
         printf "%-28s %10s %10s %10s %12s %14s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op", "cpu-ns/op", "added cpu-ns"
-        split("none handwritten weft", vs, " ")
-        for (k = 1; k <= 3; k++) {
+        nv = split("none handwritten handwritten-noencode weft", vs, " ")
+        for (k = 1; k <= nv; k++) {
             name = "Benchmark" groups[g] "/" vs[k]
             if (!(name in n)) continue
             m[vs[k]] = median(name, "ns"); mc[vs[k]] = median(name, "cpu")
+            if (cpu[name, 1] == "") mc[vs[k]] = ""
             if (mc[vs[k]] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]], mc[vs[k]] - bc
             else printf "%-28s %10.0f %10s %10s %12.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
         }
         hw = m["handwritten"] - b; wf = m["weft"] - b
-        if (hw > 0) printf "%s latency: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        if (hw != 0) printf "%s latency: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        hn = m["handwritten-noencode"] - b
+        if (hn != 0) printf "%s latency: against hand-written without log encoding (%.2f us): ratio %.2f\n", groups[g], hn / 1000, wf / hn
         hw = mc["handwritten"] - bc; wf = mc["weft"] - bc
-        if (mc["weft"] != "" && hw > 0) printf "%s CPU: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        if (mc["weft"] != "" && hw != 0) printf "%s CPU: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
+        hn = mc["handwritten-noencode"] - bc
+        if (mc["weft"] != "" && hn != 0) printf "%s CPU: against hand-written without log encoding (%.2f us): ratio %.2f\n", groups[g], hn / 1000, wf / hn
         print ""
     }
 }' "$1"
