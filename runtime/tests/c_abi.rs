@@ -1,6 +1,9 @@
 //! Compiles tests/c/drive.c with the system C compiler, links it against the static library
 //! cargo built for this test run, and runs it on the examples/echo chain.
 
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,0 +1,402 @@
+//! The engine on real chains: verdicts, malformed input, config errors, reloads that fail,
+//! stamped versions, and the config watcher.
+
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Seen, eventually, examples, options, round_trip, two_strings};
+use weft_hostcalls::Code;
+use weft_runtime::{Engine, EngineOptions, Metadata, Reloaded, ServerResponse, Side, Verdict};
+
+fn echo(req: &[u8]) -> ServerResponse {
+    // The request's body (field 2) comes back as the reply's body (field 1).
+    let mut message = req.to_vec();
+    if let Some(b) = message.iter_mut().find(|b| **b == 0x12) {
+        *b = 0x0a;
+    }
+    ServerResponse::Ok {
+        message,
+        metadata: Metadata::new(),
+    }
+}
+
+fn echo_engines(config: &Path) -> (Engine, Engine) {
+    (
+        Engine::open(config, "frontend", options()).unwrap(),
+        Engine::open(config, "echo", options()).unwrap(),
+    )
+}
+
+/// A copy of examples/echo in a temporary directory, with the firewall's source beside it
+/// (so a test can break it).
+fn echo_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = examples().join("echo");
+    for f in ["echo.proto", "weft.yaml"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let yaml = std::fs::read_to_string(dir.path().join("weft.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("weft.yaml"),
+        yaml.replace(
+            "protos: [echo.proto]",
+            "protos: [echo.proto]\nelement_paths: [elements]",
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("elements")).unwrap();
+    let firewall = Path::new(env!("CARGO_MANIFEST_DIR")).join("../elements/firewall.weft");
+    std::fs::copy(firewall, dir.path().join("elements/firewall.weft")).unwrap();
+    dir
+}
+
+fn error_code(seen: &Seen) -> Option<Code> {
+    match seen {
+        Seen::Error { code, .. } => Some(*code),
+        Seen::Answer { .. } => None,
+    }
+}
+
+#[test]
+fn echo_chain_verdicts() {
+    let (client, server) = echo_engines(&examples().join("echo/weft.yaml"));
+    let first = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("alice", "hi"),
+        echo,
+    );
+    match &first {
+        Seen::Answer { bytes, reached, .. } => {
+            assert!(reached);
+            assert_eq!(bytes[0], 0x0a, "the echoed body: {bytes:?}");
+        }
+        other => panic!("alice: {other:?}"),
+    }
+    // The cache answers the same body without the server.
+    let again = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("bob", "hi"),
+        |_| panic!("a cached request reached the server"),
+    );
+    assert!(
+        matches!(again, Seen::Answer { reached: false, .. }),
+        "{again:?}"
+    );
+    let denied = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("mallory", "x"),
+        echo,
+    );
+    assert_eq!(
+        error_code(&denied),
+        Some(Code::PermissionDenied),
+        "{denied:?}"
+    );
+    // A server error travels up as the caller's status.
+    let failed = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("carol", "y"),
+        |_| ServerResponse::Error {
+            code: Code::Unavailable,
+            message: "echo is restarting".into(),
+            metadata: Metadata::new(),
+        },
+    );
+    match failed {
+        Seen::Error {
+            code,
+            message,
+            reached,
+        } => {
+            assert!(reached);
+            assert_eq!(code, Code::Unavailable);
+            assert_eq!(message, "echo is restarting");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn corrupt_payload_is_invalid_argument() {
+    let (client, server) = echo_engines(&examples().join("echo/weft.yaml"));
+    // Field 1 claims 80 bytes and has 1: the firewall's read of `user` cannot parse it.
+    let seen = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        vec![0x0a, 0x50, b'x'],
+        echo,
+    );
+    match seen {
+        Seen::Error {
+            code,
+            reached,
+            message,
+        } => {
+            assert_eq!(code, Code::InvalidArgument, "{message}");
+            assert!(!reached, "a corrupt request must not reach the server");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_method_is_no_edge() {
+    let client = Engine::open(examples().join("echo/weft.yaml"), "frontend", options()).unwrap();
+    let err = client
+        .process_request(
+            Side::Client,
+            "/echo.Echo/SayStream",
+            Metadata::new(),
+            vec![],
+        )
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, weft_runtime::EngineError::NoEdge { .. }),
+        "{err}"
+    );
+    // This service is never the server of the edge.
+    assert!(
+        client
+            .process_request(Side::Server, "/echo.Echo/Say", Metadata::new(), vec![])
+            .is_err()
+    );
+}
+
+#[test]
+fn config_errors_name_the_problem() {
+    let e = Engine::open("/nonexistent/dir/weft.yaml", "frontend", options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/dir/weft.yaml") && e.contains("cannot read"),
+        "{e}"
+    );
+
+    let e = Engine::open_yaml("edges: [unclosed", ".", "frontend", options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("weft.yaml") && e.contains("error"), "{e}");
+
+    let e = Engine::open(examples().join("echo/weft.yaml"), "frontedn", options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("`frontedn`") && e.contains("echo, frontend"),
+        "{e}"
+    );
+
+    let yaml = std::fs::read_to_string(examples().join("echo/weft.yaml"))
+        .unwrap()
+        .replace("firewall:", "firewal:");
+    let e = Engine::open_yaml(&yaml, examples().join("echo"), "frontend", options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("unknown element `firewal`") && e.contains("firewall"),
+        "{e}"
+    );
+}
+
+#[test]
+fn reload_with_a_broken_element_keeps_the_old_version() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let (client, server) = echo_engines(&config);
+    let before = (client.version(), client.digest());
+    std::fs::write(
+        dir.path().join("elements/firewall.weft"),
+        "state:\n    denied: Map<string, bool>\n\nreq(rpc):\n    send(rpc, Sideways)\n",
+    )
+    .unwrap();
+    let e = client
+        .reload()
+        .expect_err("a broken element must not install")
+        .to_string();
+    assert!(
+        e.contains("firewall.weft:"),
+        "the diagnostic names the file: {e}"
+    );
+    assert!(e.contains("error"), "{e}");
+    assert_eq!((client.version(), client.digest()), before);
+    // The old chain still runs: mallory is still refused, alice still served.
+    let denied = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("mallory", "z"),
+        echo,
+    );
+    assert_eq!(
+        error_code(&denied),
+        Some(Code::PermissionDenied),
+        "{denied:?}"
+    );
+    let ok = round_trip(
+        &client,
+        &server,
+        Metadata::new(),
+        two_strings("alice", "z"),
+        echo,
+    );
+    assert!(matches!(ok, Seen::Answer { reached: true, .. }), "{ok:?}");
+    assert_eq!(client.stats().installed, 1);
+}
+
+#[test]
+fn reload_of_unchanged_files_installs_nothing() {
+    let client = Engine::open(examples().join("echo/weft.yaml"), "frontend", options()).unwrap();
+    assert_eq!(client.reload().unwrap(), Reloaded::Unchanged(1));
+    assert_eq!(client.version(), 1);
+}
+
+#[test]
+fn stamped_requests_run_their_version_while_it_lives() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let server = Engine::open(&config, "echo", options()).unwrap();
+    let old_digest = server.digest();
+    let stamped = |digest: &str| {
+        let mut m = Metadata::new();
+        m.insert("weft-version".into(), digest.into());
+        m
+    };
+    // An RPC of version 1 is in flight on the server (metrics waits for its response).
+    let held = server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/Say",
+            stamped(&old_digest),
+            two_strings("a", "b"),
+        )
+        .unwrap();
+    let held_rpc = held.rpc.expect("metrics runs on the server side");
+    assert_eq!(held_rpc.version(), 1);
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, yaml.replace("capacity: 5", "capacity: 6")).unwrap();
+    assert_eq!(server.reload().unwrap(), Reloaded::Installed(2));
+    assert_ne!(server.digest(), old_digest);
+    let run = |m: Metadata| {
+        server
+            .process_request(Side::Server, "/echo.Echo/Say", m, two_strings("a", "c"))
+            .unwrap()
+            .version
+    };
+    assert_eq!(
+        run(stamped(&old_digest)),
+        1,
+        "a stamped request runs its version"
+    );
+    assert_eq!(
+        run(Metadata::new()),
+        2,
+        "an unstamped request runs the current version"
+    );
+    assert_eq!(
+        run(stamped("0123456789abcdef")),
+        2,
+        "an unknown stamp runs the current one"
+    );
+    assert_eq!(server.stats().draining, 1);
+    assert_eq!(server.stats().freed, 0, "version 1 has an RPC in flight");
+    let answer = server
+        .process_response(
+            held_rpc,
+            ServerResponse::Ok {
+                message: vec![],
+                metadata: Metadata::new(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        answer.version, 1,
+        "the response runs in its request's version"
+    );
+    assert!(matches!(answer.verdict, Verdict::Forward(_)));
+    assert_eq!(
+        server.stats().freed,
+        1,
+        "version 1 is freed with its last RPC"
+    );
+    assert_eq!(
+        run(stamped(&old_digest)),
+        2,
+        "a freed version is no longer run"
+    );
+}
+
+#[test]
+fn abandoned_rpcs_release_their_version() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let client = Engine::open(&config, "frontend", options()).unwrap();
+    let out = client
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            Metadata::new(),
+            two_strings("a", "b"),
+        )
+        .unwrap();
+    let rpc = out.rpc.expect("logging waits for the response");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, yaml.replace("rate: 1", "rate: 2")).unwrap();
+    client.reload().unwrap();
+    assert_eq!(client.stats().freed, 0);
+    drop(rpc);
+    assert_eq!(client.stats().freed, 1);
+}
+
+#[test]
+fn the_watcher_reloads_changed_files_and_reports_failures() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let opts = EngineOptions {
+        watch_interval: Some(Duration::from_millis(20)),
+        ..options()
+    };
+    let client = Engine::open(&config, "frontend", opts).unwrap();
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, yaml.replace("capacity: 5", "capacity: 7")).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || client.version() == 2),
+        "the watcher did not install the changed config"
+    );
+    assert_eq!(client.last_watch_result(), Some(Ok(Reloaded::Installed(2))));
+    // An element file is watched too; a broken one is reported and changes nothing.
+    std::fs::write(
+        dir.path().join("elements/firewall.weft"),
+        "req(rpc):\n    nonsense(\n",
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || matches!(
+            client.last_watch_result(),
+            Some(Err(_))
+        )),
+        "the watcher did not report the broken element"
+    );
+    let Some(Err(e)) = client.last_watch_result() else {
+        unreachable!()
+    };
+    assert!(e.contains("firewall.weft"), "{e}");
+    assert_eq!(client.version(), 2);
+}
