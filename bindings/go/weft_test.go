@@ -459,3 +459,32 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Fatalf("versions did not advance: client %d→%d, server %d→%d", v0c, crt.Version(), v0s, srt.Version())
 	}
 }
+
+// A rewrite larger than the call's output buffers: the library asks for more room and the
+// binding grows them within the same cgo call; messages above grpc-go's pooling threshold take
+// the pooled-buffer path.
+func TestLargeRewrittenMessage(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/*", `    any:
+      - mutation: {field: body, prefix: 'weft-'}
+`))
+	body := strings.Repeat("x", 256<<10)
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := srv.lastRequest()
+	if req.GetBody() != "weft-"+body || r.GetBody() != "weft-"+body {
+		t.Fatalf("large body: server saw %d bytes, client got %d, want %d", len(req.GetBody()), len(r.GetBody()), len(body)+5)
+	}
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetBody() != "weft-"+body {
+		t.Fatalf("large stream message: %d bytes, %v", len(r.GetBody()), err)
+	}
+	_ = stream.CloseSend()
+}
