@@ -488,3 +488,20 @@ func TestLargeRewrittenMessage(t *testing.T) {
 	}
 	_ = stream.CloseSend()
 }
+
+// The Go demo's config loads for both of its services, from its file.
+func TestExampleConfigLoads(t *testing.T) {
+	for _, svc := range []string{"frontend", "echo"} {
+		rt, err := weft.Open(repoPath("examples/go-echo/weft.yaml"), svc)
+		if err != nil {
+			t.Fatalf("%s: %v", svc, err)
+		}
+		if rt.Version() != 1 || rt.Service() != svc {
+			t.Fatalf("%s: version %d, service %q", svc, rt.Version(), rt.Service())
+		}
+		if err := rt.Reload(); err != nil {
+			t.Fatalf("%s: reloading an unchanged file: %v", svc, err)
+		}
+		_ = rt.Close()
+	}
+}
