@@ -177,22 +177,23 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 // StreamClientInterceptor runs the client side of the chain on every message of a stream:
 // each message sent is a request, each message received the response to the oldest request
 // still waiting for one.
+//
+// The stream opens when its first message has passed the chain (or when the caller first
+// reads, asks for headers or closes the sending side), so the metadata the chain set on that
+// message — the weft-version stamp, a dst route — goes out with the stream's headers.
 func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := context.WithCancel(ctx)
-		cs, err := streamer(ctx, desc, cc, method, opts...)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
 		md, _ := metadata.FromOutgoingContext(ctx)
-		w := &clientStream{ClientStream: cs, r: r, name: method, m: r.method(method), md: md, codec: hasWeftCodec(opts), cancel: cancel}
+		w := &clientStream{
+			r: r, name: method, m: r.method(method), md: md, codec: hasWeftCodec(opts), cancel: cancel,
+			ctx: ctx, desc: desc, cc: cc, streamer: streamer, opts: opts,
+		}
 		return w, nil
 	}
 }
 
 type clientStream struct {
-	grpc.ClientStream
 	r      *Runtime
 	name   string
 	m      cstr
@@ -200,11 +201,87 @@ type clientStream struct {
 	codec  bool
 	cancel context.CancelFunc
 
+	// What opening the stream needs, kept until the first message has run the chain.
+	ctx      context.Context
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+
+	openMu  sync.Mutex
+	opened  bool
+	cs      grpc.ClientStream
+	openErr error
+
 	pending handleQueue
 
 	mu     sync.Mutex // SendMsg and RecvMsg may run on two goroutines
 	local  [][]byte   // local replies not yet received
 	failed error
+}
+
+// stream opens the underlying stream on first use; md and dst are the first message's
+// rewrites (nil and "" when the caller reads before sending).
+func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, error) {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if !c.opened {
+		c.opened = true
+		ctx := c.ctx
+		if md != nil {
+			ctx = metadata.NewOutgoingContext(ctx, md)
+		}
+		if dst != "" {
+			ctx = withRoute(ctx, dst)
+		}
+		c.cs, c.openErr = c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
+		if c.openErr != nil {
+			c.cancel()
+		}
+	}
+	return c.cs, c.openErr
+}
+
+func (c *clientStream) Header() (metadata.MD, error) {
+	cs, err := c.stream(nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return cs.Header()
+}
+
+func (c *clientStream) Trailer() metadata.MD {
+	c.openMu.Lock()
+	cs := c.cs
+	c.openMu.Unlock()
+	if cs == nil {
+		return nil
+	}
+	return cs.Trailer()
+}
+
+func (c *clientStream) CloseSend() error {
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	if failed != nil {
+		return nil
+	}
+	cs, err := c.stream(nil, "")
+	if err != nil {
+		return err
+	}
+	return cs.CloseSend()
+}
+
+func (c *clientStream) Context() context.Context {
+	c.openMu.Lock()
+	cs := c.cs
+	c.openMu.Unlock()
+	if cs == nil {
+		return c.ctx
+	}
+	return cs.Context()
 }
 
 func (c *clientStream) SendMsg(v any) error {
@@ -222,7 +299,7 @@ func (c *clientStream) SendMsg(v any) error {
 	s.encodeMD(c.md)
 	rc := c.r.runRequest(s, sideClient, c.m)
 	if rc == rcNoEdge {
-		return c.send(buf, msg, false)
+		return c.send(buf, msg, false, nil, "")
 	}
 	if rc != rcOK {
 		return c.fail(failure(rc, s, "client stream request "+c.name))
@@ -236,8 +313,13 @@ func (c *clientStream) SendMsg(v any) error {
 		c.mu.Unlock()
 		return nil
 	}
-	// Headers went out when the stream opened; a stamp or dst the chain sets per message
-	// cannot follow, and the server side then runs its current version (docs/go.md).
+	// Metadata travels with the stream's headers: the first message's rewrite opens the
+	// stream; later messages' rewrites cannot follow (docs/go.md).
+	var md metadata.MD
+	if s.metadataChanged() {
+		md = s.decodeMD(s.outMetadata())
+	}
+	dst := s.routeTo()
 	changed := s.messageChanged()
 	if changed {
 		buf.Free()
@@ -246,13 +328,17 @@ func (c *clientStream) SendMsg(v any) error {
 	if rpc := s.rpcHandle(); rpc != 0 {
 		c.pending.push(rpc)
 	}
-	return c.send(buf, msg, changed)
+	return c.send(buf, msg, changed, md, dst)
 }
 
-func (c *clientStream) send(buf mem.BufferSlice, msg proto.Message, rewritten bool) error {
+func (c *clientStream) send(buf mem.BufferSlice, msg proto.Message, rewritten bool, md metadata.MD, dst string) error {
+	cs, err := c.stream(md, dst)
+	if err != nil {
+		return err
+	}
 	if c.codec {
 		out := rawMessage{buf: buf}
-		return c.ClientStream.SendMsg(&out)
+		return cs.SendMsg(&out)
 	}
 	if rewritten {
 		b, extra := contiguous(buf)
@@ -265,7 +351,7 @@ func (c *clientStream) send(buf mem.BufferSlice, msg proto.Message, rewritten bo
 			return status.Errorf(codes.Internal, "weft: %s: the chain's rewritten message does not decode: %v", c.name, err)
 		}
 	}
-	return c.ClientStream.SendMsg(msg)
+	return cs.SendMsg(msg)
 }
 
 // fail ends the stream with a policy error: the server sees a cancellation, the caller the
@@ -301,14 +387,17 @@ func (c *clientStream) RecvMsg(v any) error {
 		return failed
 	}
 
+	cs, err := c.stream(nil, "")
+	if err != nil {
+		return err
+	}
 	s := getCall()
 	defer putCall(s)
-	var err error
 	if c.codec {
 		s.raw.buf = nil
-		err = c.ClientStream.RecvMsg(&s.raw)
+		err = cs.RecvMsg(&s.raw)
 	} else {
-		err = c.ClientStream.RecvMsg(msg)
+		err = cs.RecvMsg(msg)
 	}
 	if err != nil {
 		c.mu.Lock()

@@ -60,8 +60,10 @@ func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {
 			return err
 		}
 		e.calls.Add(1)
+		md, _ := metadata.FromIncomingContext(stream.Context())
 		e.mu.Lock()
 		e.last = proto.Clone(req).(*echopb.SayRequest)
+		e.lastMD = md
 		e.mu.Unlock()
 		if err := stream.Send(&echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}); err != nil {
 			return err

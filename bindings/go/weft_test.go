@@ -173,7 +173,7 @@ func TestEncryptOnClientDecryptOnServer(t *testing.T) {
 }
 
 func TestLoadBalanceAcrossThreeReplicasByDst(t *testing.T) {
-	yaml := edge("echo.Echo/Say", `    client:
+	yaml := edge("echo.Echo/*", `    client:
       - element: loadbalance
         params: {policy: round_robin}
         state:
@@ -204,6 +204,7 @@ func TestLoadBalanceAcrossThreeReplicasByDst(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("served by %v, want round robin %v", got, want)
 	}
+
 	for name, s := range servers {
 		if n := s.calls.Load(); n != 2 {
 			t.Fatalf("%s saw %d calls, want 2", name, n)
@@ -211,6 +212,25 @@ func TestLoadBalanceAcrossThreeReplicasByDst(t *testing.T) {
 		if _, md := s.lastRequest(); strings.Join(md.Get("dst"), "") != name {
 			t.Fatalf("%s received dst %v", name, md.Get("dst"))
 		}
+	}
+
+	// A stream is routed by its first message: round robin is back at echo-0.
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetServedBy() != "echo-0" {
+		t.Fatalf("stream: served by %q (%v), want echo-0", r.GetServedBy(), err)
+	}
+	_ = stream.CloseSend()
+	if n := servers["echo-0"].calls.Load(); n != 3 {
+		t.Fatalf("echo-0 saw %d calls after the stream, want 3", n)
+	}
+	if _, md := servers["echo-0"].lastRequest(); strings.Join(md.Get("dst"), "") != "echo-0" {
+		t.Fatalf("the stream reached echo-0 with dst %v", md.Get("dst"))
 	}
 }
 
@@ -237,6 +257,10 @@ func TestStreamEveryMessagePassesTheChain(t *testing.T) {
 	}
 	if n := srv.calls.Load(); n != 3 {
 		t.Fatalf("server saw %d messages, want 3", n)
+	}
+	// The stream opened with the first message's stamp.
+	if _, md := srv.lastRequest(); len(md.Get("weft-version")) != 1 {
+		t.Fatalf("the stream reached the server without a weft-version stamp: %v", md)
 	}
 	// A message the firewall denies fails the stream with the chain's status.
 	err = stream.Send(&echopb.SayRequest{User: "mallory", Body: "x"})
