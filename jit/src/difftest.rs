@@ -94,8 +94,8 @@ fn random_headers(e: &mut Entropy, m: &mut Message) {
 
 fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
     (
-        r.element.clone(),
-        r.channel.clone(),
+        r.element.to_string(),
+        r.channel.to_string(),
         r.rpc_id,
         r.time.to_bits(),
         r.value.clone(),
@@ -136,7 +136,7 @@ pub fn compare_program(
     let chain: Vec<Arc<Element>> = (0..n)
         .map(|i| {
             let mut el = element.clone();
-            el.name = format!("gen{i}");
+            el.set_name(format!("gen{i}"));
             Arc::new(el)
         })
         .collect();

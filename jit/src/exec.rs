@@ -14,14 +14,18 @@ use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
 use crate::compile::{Compiled, Fusion, Part, compile};
-use crate::host::Frame;
+use crate::host::{Extraction, Frame};
 use crate::lower::{block_vars, code_of};
 
 /// Buffers reused from call to call, so a call allocates only what its values need.
 #[derive(Default)]
 pub struct Buffers {
     arena: Vec<Value>,
+    /// Per element of the segment: its state block (null when its code needs none, or when
+    /// its store has none). Valid only while the instances they came from stay borrowed:
+    /// filled at the start of a call and cleared at its end.
     blocks: Vec<*mut u64>,
+    extracted: Extraction,
 }
 
 /// Wraps a new instance's store so the element's local scalars live in a block compiled code
@@ -94,6 +98,51 @@ impl Compiled {
         &self,
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> SharedRequest {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        bufs.blocks.clear();
+        out
+    }
+
+    /// One whole RPC, as a process that holds the instances from the request to its response
+    /// (the benchmark rig) runs it: the request down the segment; then, if it was forwarded,
+    /// the response `respond` gives, or else the early answer, back up from the element that
+    /// answered. The state blocks are collected once for both directions. Returns the
+    /// request's outcome and the response that leaves the segment (`None` when the first
+    /// element answered, so no response handler ran).
+    pub fn round_trip(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        respond: impl FnOnce() -> Arc<Message>,
+    ) -> (SharedRequest, Option<Arc<Message>>) {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        let (start, resp) = match &out.verdict {
+            SharedVerdict::Forward(_) => (self.elements.len(), respond()),
+            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
+            SharedVerdict::Reject { code, message } => (
+                out.decided,
+                Arc::new(Message::error(*code, message.clone())),
+            ),
+        };
+        let back =
+            (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, rpc, host));
+        bufs.blocks.clear();
+        (out, back)
+    }
+
+    fn request_parts(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
         mut msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
@@ -142,6 +191,21 @@ impl Compiled {
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
         start: usize,
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> Arc<Message> {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        let out = self.response_parts(bufs, instances, start, msg, rpc, host);
+        bufs.blocks.clear();
+        out
+    }
+
+    fn response_parts(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        start: usize,
         mut msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
@@ -171,9 +235,10 @@ impl Compiled {
         let mut arena = std::mem::take(&mut bufs.arena);
         arena.clear();
         arena.push(Value::Msg(msg));
+        let blocks = bufs.blocks.get(part.range.start..).unwrap_or_default();
         Frame {
             ctx: RpcCtx {
-                blocks: bufs.blocks.as_ptr(),
+                blocks: blocks.as_ptr(),
                 ..RpcCtx::default()
             },
             arena,
@@ -185,6 +250,7 @@ impl Compiled {
             host,
             error: None,
             reject: String::new(),
+            extracted: std::mem::take(&mut bufs.extracted),
         }
     }
 
@@ -197,11 +263,7 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> SharedRequest {
-        if !collect_blocks(
-            &self.needs_block[part.range.clone()],
-            instances,
-            &mut bufs.blocks,
-        ) {
+        if !self.has_blocks(part, &bufs.blocks) {
             // An instance whose store has no state block (made by another executor): the
             // interpreter runs it, reading the same store.
             let els = &self.elements[part.range.clone()];
@@ -218,6 +280,7 @@ impl Compiled {
         }
         let n = part.range.len();
         let mut arena_back = Vec::new();
+        let mut bufs_extracted;
         let (ctx, error, reject) = {
             let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
             (part.req)(&mut frame);
@@ -227,9 +290,11 @@ impl Compiled {
                 std::mem::take(&mut frame.reject),
             );
             std::mem::swap(&mut arena_back, &mut frame.arena);
+            bufs_extracted = std::mem::take(&mut frame.extracted);
             out
         };
-        bufs.blocks.clear();
+        bufs_extracted.msg = None;
+        bufs.extracted = bufs_extracted;
         let decided = (ctx.decided as usize).min(n);
         let routed = dst_of(&arena_back, ctx.entry_msg);
         let taken = take_msg(&mut arena_back, ctx.msg);
@@ -287,24 +352,23 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> Arc<Message> {
-        if !collect_blocks(
-            &self.needs_block[part.range.clone()],
-            instances,
-            &mut bufs.blocks,
-        ) {
+        if !self.has_blocks(part, &bufs.blocks) {
             let els = &self.elements[part.range.clone()];
             let m = Interp.response(els, instances, start, Arc::unwrap_or_clone(msg), rpc, host);
             return Arc::new(m);
         }
         let mut arena_back = Vec::new();
+        let mut bufs_extracted;
         let ctx = {
             let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
             frame.ctx.start = start as u32;
             (part.resp)(&mut frame);
             std::mem::swap(&mut arena_back, &mut frame.arena);
+            bufs_extracted = std::mem::take(&mut frame.extracted);
             std::mem::take(&mut frame.ctx)
         };
-        bufs.blocks.clear();
+        bufs_extracted.msg = None;
+        bufs.extracted = bufs_extracted;
         let out = take_msg(&mut arena_back, ctx.msg).unwrap_or_else(|e| {
             Arc::new(Message::error(
                 Code::Internal,
@@ -317,25 +381,33 @@ impl Compiled {
     }
 }
 
-/// Collects each instance's state block; `false` if an element whose code needs one has an
-/// instance whose store has none (it was made by another executor).
-fn collect_blocks(
-    needs: &[bool],
-    instances: &mut [&mut Instance],
-    out: &mut Vec<*mut u64>,
-) -> bool {
-    out.clear();
-    for (need, i) in needs.iter().zip(instances.iter_mut()) {
-        if *need {
-            match i.store.scalar_block() {
-                Some(p) => out.push(p),
-                None => return false,
-            }
-        } else {
-            out.push(std::ptr::null_mut());
+impl Compiled {
+    /// Collects the state block of every element whose code needs one (null otherwise, and
+    /// for an instance whose store has none: it was made by another executor).
+    fn collect_blocks(&self, instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) {
+        out.clear();
+        out.extend(
+            self.needs_block
+                .iter()
+                .zip(instances.iter_mut())
+                .map(|(need, i)| match need {
+                    true => i.store.scalar_block().unwrap_or(std::ptr::null_mut()),
+                    false => std::ptr::null_mut(),
+                }),
+        );
+    }
+
+    /// Whether every element of `part` whose code needs a state block has one.
+    fn has_blocks(&self, part: &Part, blocks: &[*mut u64]) -> bool {
+        let r = part.range.clone();
+        match (self.needs_block.get(r.clone()), blocks.get(r)) {
+            (Some(needs), Some(blocks)) => needs
+                .iter()
+                .zip(blocks)
+                .all(|(need, b)| !*need || !b.is_null()),
+            _ => false,
         }
     }
-    true
 }
 
 fn take_msg(arena: &mut [Value], h: u64) -> Result<Arc<Message>, RuntimeError> {
