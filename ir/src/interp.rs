@@ -56,7 +56,7 @@ impl Scratch {
     fn begin(&mut self, rpc_id: u64, slots: usize) {
         self.end(rpc_id);
         let mut v = self.spare.pop().unwrap_or_default();
-        v.resize(slots, None);
+        v.extend((0..slots).map(|_| None));
         self.live.push((rpc_id, v));
     }
 

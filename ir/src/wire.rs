@@ -129,6 +129,7 @@ struct Rec<'a> {
 }
 
 /// Decodes the varint at `bytes[pos..]`; returns it and the position after it.
+#[inline]
 fn varint(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
     let rest = bytes.get(pos..).unwrap_or_default();
     let mut value = 0u64;
@@ -484,14 +485,18 @@ pub type Extracted = Result<Option<Found>, WireError>;
 /// Other fields are skipped by wire type without decoding.
 pub fn extract(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
     out.clear();
-    out.resize(leaves.len(), Ok(None));
-    let whole = Seg {
+    out.extend(leaves.iter().map(|_| Ok(None)));
+    // The record parser of `read`, driven directly: one loop, no iterator state.
+    let mut scan = records(Seg {
         base: 0,
         bytes: msg,
-    };
-    for rec in records(whole) {
-        let rec = match rec {
-            Ok(r) => r,
+    });
+    while scan.pos < msg.len() {
+        let rec = match scan.parse() {
+            Ok((r, next)) => {
+                scan.pos = next;
+                r
+            }
             Err(e) => {
                 for o in out.iter_mut().filter(|o| o.is_ok()) {
                     *o = Err(e.clone());

@@ -14,7 +14,7 @@ use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
 use crate::compile::{Compiled, Fusion, Part, compile};
-use crate::host::{Extraction, Frame};
+use crate::host::{Extraction, Frame, UNIT};
 use crate::lower::{block_vars, code_of};
 
 /// Buffers reused from call to call, so a call allocates only what its values need.
@@ -124,6 +124,13 @@ impl Compiled {
         respond: impl FnOnce() -> Arc<Message>,
     ) -> (SharedRequest, Option<Arc<Message>>) {
         self.collect_blocks(instances, &mut bufs.blocks);
+        if let [part] = self.parts.as_slice()
+            && self.has_blocks(part, &bufs.blocks)
+        {
+            let out = self.round_trip_fused(part, bufs, instances, msg, rpc, host, respond);
+            bufs.blocks.clear();
+            return out;
+        }
         let out = self.request_parts(bufs, instances, msg, rpc, host);
         let (start, resp) = match &out.verdict {
             SharedVerdict::Forward(_) => (self.elements.len(), respond()),
@@ -250,7 +257,10 @@ impl Compiled {
             host,
             error: None,
             reject: String::new(),
-            extracted: std::mem::take(&mut bufs.extracted),
+            extracted: Extraction {
+                msg: UNIT,
+                fields: std::mem::take(&mut bufs.extracted.fields),
+            },
         }
     }
 
@@ -278,9 +288,8 @@ impl Compiled {
                 },
             };
         }
-        let n = part.range.len();
         let mut arena_back = Vec::new();
-        let mut bufs_extracted;
+        let bufs_extracted;
         let (ctx, error, reject) = {
             let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
             (part.req)(&mut frame);
@@ -293,13 +302,30 @@ impl Compiled {
             bufs_extracted = std::mem::take(&mut frame.extracted);
             out
         };
-        bufs_extracted.msg = None;
         bufs.extracted = bufs_extracted;
-        let decided = (ctx.decided as usize).min(n);
-        let routed = dst_of(&arena_back, ctx.entry_msg);
-        let taken = take_msg(&mut arena_back, ctx.msg);
+        let out = self.request_outcome(part, &ctx, error, reject, &mut arena_back, instances, rpc);
         arena_back.clear();
         bufs.arena = arena_back;
+        out
+    }
+
+    /// What a request function left in its frame, as the segment's outcome; counts a failure
+    /// against the deciding element and ends its scratch when its `resp` will not run.
+    #[allow(clippy::too_many_arguments)]
+    fn request_outcome(
+        &self,
+        part: &Part,
+        ctx: &RpcCtx,
+        error: Option<RuntimeError>,
+        reject: String,
+        arena: &mut [Value],
+        instances: &mut [&mut Instance],
+        rpc: &RpcInfo,
+    ) -> SharedRequest {
+        let n = part.range.len();
+        let decided = (ctx.decided as usize).min(n);
+        let routed = dst_of(arena, ctx.entry_msg);
+        let taken = take_msg(arena, ctx.msg);
         let els = &self.elements[part.range.clone()];
         let verdict = match (ctx.verdict, taken) {
             (verdict::FORWARD, Ok(m)) => {
@@ -358,7 +384,7 @@ impl Compiled {
             return Arc::new(m);
         }
         let mut arena_back = Vec::new();
-        let mut bufs_extracted;
+        let bufs_extracted;
         let ctx = {
             let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
             frame.ctx.start = start as u32;
@@ -367,21 +393,89 @@ impl Compiled {
             bufs_extracted = std::mem::take(&mut frame.extracted);
             std::mem::take(&mut frame.ctx)
         };
-        bufs_extracted.msg = None;
         bufs.extracted = bufs_extracted;
-        let out = take_msg(&mut arena_back, ctx.msg).unwrap_or_else(|e| {
-            Arc::new(Message::error(
-                Code::Internal,
-                format!("response handler: {e}"),
-            ))
-        });
+        let out = response_outcome(&mut arena_back, &ctx);
         arena_back.clear();
         bufs.arena = arena_back;
         out
     }
 }
 
+/// The response a response function left in its frame.
+fn response_outcome(arena: &mut [Value], ctx: &RpcCtx) -> Arc<Message> {
+    take_msg(arena, ctx.msg).unwrap_or_else(|e| {
+        Arc::new(Message::error(
+            Code::Internal,
+            format!("response handler: {e}"),
+        ))
+    })
+}
+
 impl Compiled {
+    /// [`Compiled::round_trip`] of a segment compiled as one part (fused): one frame serves
+    /// the request and the response, so the arena, the extraction buffer and the context are
+    /// set up once per RPC.
+    #[allow(clippy::too_many_arguments)]
+    fn round_trip_fused(
+        &self,
+        part: &Part,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        respond: impl FnOnce() -> Arc<Message>,
+    ) -> (SharedRequest, Option<Arc<Message>>) {
+        let n = part.range.len();
+        let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
+        (part.req)(&mut frame);
+        let ctx = std::mem::take(&mut frame.ctx);
+        let (error, reject) = (frame.error.take(), std::mem::take(&mut frame.reject));
+        let out = self.request_outcome(
+            part,
+            &ctx,
+            error,
+            reject,
+            &mut frame.arena,
+            frame.instances,
+            rpc,
+        );
+        let answer = match &out.verdict {
+            SharedVerdict::Forward(_) => Some((n, respond())),
+            SharedVerdict::Reply(m) => Some((out.decided, Arc::clone(m))),
+            SharedVerdict::Reject { code, message } => Some((
+                out.decided,
+                Arc::new(Message::error(*code, message.clone())),
+            )),
+        };
+        let back = match answer {
+            Some((start, resp)) if start > 0 => {
+                // The same frame, reset as `frame` would build it for the response.
+                frame.arena.clear();
+                frame.arena.push(Value::Msg(resp));
+                frame.ctx = RpcCtx {
+                    blocks: ctx.blocks,
+                    start: (start - 1).min(n - 1) as u32,
+                    ..RpcCtx::default()
+                };
+                frame.handler = Handler::Resp;
+                frame.error = None;
+                frame.extracted.msg = UNIT;
+                (part.resp)(&mut frame);
+                let rctx = std::mem::take(&mut frame.ctx);
+                Some(response_outcome(&mut frame.arena, &rctx))
+            }
+            _ => None,
+        };
+        frame.arena.clear();
+        let arena = std::mem::take(&mut frame.arena);
+        let fields = std::mem::take(&mut frame.extracted.fields);
+        drop(frame);
+        bufs.arena = arena;
+        bufs.extracted.fields = fields;
+        (out, back)
+    }
+
     /// Collects the state block of every element whose code needs one (null otherwise, and
     /// for an instance whose store has none: it was made by another executor).
     fn collect_blocks(&self, instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) {

@@ -121,13 +121,22 @@ pub struct Frame<'a, 'i, 'h> {
     pub extracted: Extraction,
 }
 
-/// The outcome of one [`wire::extract`] pass, for the message it ran on. Holding the `Arc`
-/// keeps those bytes alive and unchanged (`Arc::make_mut` copies a shared message), so the
-/// offsets stay valid and pointer identity names the message.
-#[derive(Default)]
+/// The outcome of one [`wire::extract`] pass, for the message at arena handle `msg`. The
+/// arena only grows during a call and its values are never changed in place (`set` makes a
+/// new message), so within one call a handle names the same bytes and the recorded offsets
+/// stay valid; each call starts with none.
 pub struct Extraction {
-    pub msg: Option<Arc<Message>>,
+    pub msg: u64,
     pub fields: Vec<wire::Extracted>,
+}
+
+impl Default for Extraction {
+    fn default() -> Self {
+        Extraction {
+            msg: UNIT,
+            fields: Vec::new(),
+        }
+    }
 }
 
 impl Frame<'_, '_, '_> {
@@ -763,23 +772,37 @@ fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
 /// scan of the bytes serves every such field the segment reads), otherwise `wire::read`.
 fn read_field(f: &mut Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
     let path = field(f.tables, id)?;
-    let m = f.msg(msg)?;
     let slot = usize::try_from(id)
         .ok()
         .and_then(|i| f.tables.extract_slot.get(i).copied().flatten());
+    let Frame {
+        arena,
+        tables,
+        extracted,
+        ..
+    } = f;
+    let v = match msg {
+        UNIT => Some(&Value::Unit),
+        _ => usize::try_from(msg).ok().and_then(|i| arena.get(i)),
+    };
+    let m = match v {
+        Some(Value::Msg(m)) => m,
+        Some(other) => {
+            return Err(RuntimeError::Type(format!(
+                "expected a message, got {}",
+                other.kind_name()
+            )));
+        }
+        None => return Err(RuntimeError::Type(format!("dangling value handle {msg}"))),
+    };
     let Some(slot) = slot else {
         return Ok(wire::read(&m.bytes, path)?);
     };
-    if !f.extracted.msg.as_ref().is_some_and(|c| Arc::ptr_eq(c, m)) {
-        let m = Arc::clone(m);
-        wire::extract(&m.bytes, &f.tables.extract, &mut f.extracted.fields);
-        f.extracted.msg = Some(m);
+    if extracted.msg != msg {
+        wire::extract(&m.bytes, &tables.extract, &mut extracted.fields);
+        extracted.msg = msg;
     }
-    let (Some(m), Some(leaf), Some(got)) = (
-        f.extracted.msg.as_ref(),
-        f.tables.extract.get(slot),
-        f.extracted.fields.get(slot),
-    ) else {
+    let (Some(leaf), Some(got)) = (tables.extract.get(slot), extracted.fields.get(slot)) else {
         return Err(RuntimeError::Type(format!("field {id} is not extracted")));
     };
     match got {
