@@ -65,7 +65,7 @@ pub struct SharedRequest {
 }
 
 impl SharedRequest {
-    fn unshared(self) -> SegmentRequest {
+    pub(crate) fn unshared(self) -> SegmentRequest {
         SegmentRequest {
             decided: self.decided,
             routed: self.routed,
@@ -111,9 +111,11 @@ impl Compiled {
     /// One whole RPC, as a process that holds the instances from the request to its response
     /// (the benchmark rig) runs it: the request down the segment; then, if it was forwarded,
     /// the response `respond` gives, or else the early answer, back up from the element that
-    /// answered. The state blocks are collected once for both directions. Returns the
-    /// request's outcome and the response that leaves the segment (`None` when the first
-    /// element answered, so no response handler ran).
+    /// answered. The state blocks are collected once for both directions. The response
+    /// handlers see the routing the request decided (`rpc.routed` becomes the outcome's
+    /// `routed`, as the simulator does between the directions). Returns the request's
+    /// outcome and the response that leaves the segment (`None` when the first element
+    /// answered, so no response handler ran).
     pub fn round_trip(
         &self,
         bufs: &mut Buffers,
@@ -140,8 +142,9 @@ impl Compiled {
                 Arc::new(Message::error(*code, message.clone())),
             ),
         };
+        let rpc = routed(rpc, &out);
         let back =
-            (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, rpc, host));
+            (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host));
         bufs.blocks.clear();
         (out, back)
     }
@@ -401,6 +404,18 @@ impl Compiled {
     }
 }
 
+/// The `RpcInfo` the response handlers of a round trip see: routed where the request went.
+fn routed<'r>(rpc: &'r RpcInfo, out: &SharedRequest) -> std::borrow::Cow<'r, RpcInfo> {
+    if out.routed == rpc.routed {
+        std::borrow::Cow::Borrowed(rpc)
+    } else {
+        std::borrow::Cow::Owned(RpcInfo {
+            routed: out.routed.clone(),
+            ..rpc.clone()
+        })
+    }
+}
+
 /// The response a response function left in its frame.
 fn response_outcome(arena: &mut [Value], ctx: &RpcCtx) -> Arc<Message> {
     take_msg(arena, ctx.msg).unwrap_or_else(|e| {
@@ -441,15 +456,19 @@ impl Compiled {
             rpc,
         );
         let answer = match &out.verdict {
-            SharedVerdict::Forward(_) => Some((n, respond())),
-            SharedVerdict::Reply(m) => Some((out.decided, Arc::clone(m))),
-            SharedVerdict::Reject { code, message } => Some((
+            SharedVerdict::Forward(_) => (n, respond()),
+            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
+            SharedVerdict::Reject { code, message } => (
                 out.decided,
                 Arc::new(Message::error(*code, message.clone())),
-            )),
+            ),
         };
-        let back = match answer {
-            Some((start, resp)) if start > 0 => {
+        // A request that changed the routing needs another `RpcInfo` for the response, which
+        // this frame cannot point at: that (rare) response gets a frame of its own below.
+        let rerouted = out.routed != rpc.routed;
+        let back = match &answer {
+            (start, resp) if *start > 0 && !rerouted => {
+                let (start, resp) = (*start, Arc::clone(resp));
                 // The same frame, reset as `frame` would build it for the response.
                 frame.arena.clear();
                 frame.arena.push(Value::Msg(resp));
@@ -473,6 +492,14 @@ impl Compiled {
         drop(frame);
         bufs.arena = arena;
         bufs.extracted.fields = fields;
+        if let (start, resp) = answer
+            && start > 0
+            && rerouted
+        {
+            let rpc = routed(rpc, &out);
+            let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host);
+            return (out, Some(back));
+        }
         (out, back)
     }
 

@@ -164,6 +164,18 @@ impl Rig {
                     ),
                 };
                 if start > 0 {
+                    // The response handlers see where the request was routed, as in
+                    // `Compiled::round_trip` and the simulator.
+                    let rerouted;
+                    let rpc = if out.routed == rpc.routed {
+                        rpc
+                    } else {
+                        rerouted = RpcInfo {
+                            routed: out.routed,
+                            ..rpc.clone()
+                        };
+                        &rerouted
+                    };
                     Interp.response(&self.elements, &mut insts, start - 1, resp, rpc, &mut host);
                 }
                 outcome
