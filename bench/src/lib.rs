@@ -142,13 +142,26 @@ impl Firewall {
     }
 }
 
-pub struct Logging;
+/// The names its records carry are made once, as the executors intern theirs.
+pub struct Logging {
+    element: Arc<str>,
+    channel: Arc<str>,
+}
+
+impl Default for Logging {
+    fn default() -> Self {
+        Logging {
+            element: "logging".into(),
+            channel: "log".into(),
+        }
+    }
+}
 
 impl Logging {
     pub fn log(&mut self, msg: &Arc<Message>, cx: &mut Cx<'_>) {
         cx.channels.emit(ChannelRecord {
-            element: "logging".into(),
-            channel: "log".into(),
+            element: Arc::clone(&self.element),
+            channel: Arc::clone(&self.channel),
             rpc_id: cx.rpc_id,
             time: cx.clock.now(),
             value: Value::Msg(Arc::clone(msg)),
@@ -156,11 +169,24 @@ impl Logging {
     }
 }
 
-#[derive(Default)]
 pub struct Metrics {
     pub total: i64,
     pub failed: i64,
     start: HashMap<u64, f64>,
+    element: Arc<str>,
+    channel: Arc<str>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            total: 0,
+            failed: 0,
+            start: HashMap::new(),
+            element: "metrics".into(),
+            channel: "latency".into(),
+        }
+    }
 }
 
 impl Metrics {
@@ -176,8 +202,8 @@ impl Metrics {
         if let Some(start) = self.start.remove(&cx.rpc_id) {
             let now = cx.clock.now();
             cx.channels.emit(ChannelRecord {
-                element: "metrics".into(),
-                channel: "latency".into(),
+                element: Arc::clone(&self.element),
+                channel: Arc::clone(&self.channel),
                 rpc_id: cx.rpc_id,
                 time: now,
                 value: Value::Float(now - start),
@@ -233,7 +259,7 @@ impl HandChain {
         HandChain {
             ratelimit: RateLimit::new(1e12, 1e12, now),
             firewall: Firewall::new(user_field, &["mallory", "eve"]),
-            logging: Logging,
+            logging: Logging::default(),
             metrics: Metrics::default(),
             fault: Fault::new(1.0, 1),
         }

@@ -54,7 +54,9 @@ pub struct RpcCtx {
     pub blocks: *const *mut u64,
     /// The response function's first element (it runs `start`, `start - 1`, …, 0).
     pub start: u32,
-    pub _pad: u32,
+    /// Out-param of the scalar probes ([`HostFn::MetadataProbeI`], [`HostFn::MetadataProbeF`]):
+    /// 1 when the value was there, 0 for `None`. Their result register carries the value.
+    pub found: u32,
     /// The executor's per-call host data (arena, instances, clock, channels). Opaque to
     /// compiled code, which only passes the context back to host functions.
     pub host: *mut c_void,
@@ -71,7 +73,7 @@ impl Default for RpcCtx {
             entry_msg: 0,
             blocks: std::ptr::null(),
             start: 0,
-            _pad: 0,
+            found: 0,
             host: std::ptr::null_mut(),
         }
     }
@@ -303,6 +305,63 @@ pub enum HostFn {
     StateProbe = 61,
     /// `get_metadata(k)` matched the same way.
     MetadataProbe = 62,
+    /// `set_metadata(k, v)` of a scalar `v` in a register (int, uint, bool: `i64`; float,
+    /// Instant: `f64`) with its [`ScalarKind`] — no arena value is made.
+    MetadataSetI = 63,
+    MetadataSetF = 64,
+    /// `get_metadata(k)` under `Some(x)`/`None` with a scalar `x`: the value in the result
+    /// register, presence in [`RpcCtx::found`].
+    MetadataProbeI = 65,
+    MetadataProbeF = 66,
+    /// `send(v, channel)` of a scalar in a register, with its [`ScalarKind`].
+    ChannelEmitI = 67,
+    ChannelEmitF = 68,
+    /// `get(map_state, k)` under `Some(_)`/`None` patterns that bind nothing: 0 when the key
+    /// is there, [`NONE`] otherwise — the value is neither cloned nor stored.
+    StateContains = 69,
+}
+
+/// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i64)]
+pub enum ScalarKind {
+    Bool = 0,
+    Int = 1,
+    Uint = 2,
+    Float = 3,
+    Instant = 4,
+}
+
+impl ScalarKind {
+    pub fn from_i64(k: i64) -> Option<ScalarKind> {
+        Some(match k {
+            0 => ScalarKind::Bool,
+            1 => ScalarKind::Int,
+            2 => ScalarKind::Uint,
+            3 => ScalarKind::Float,
+            4 => ScalarKind::Instant,
+            _ => return None,
+        })
+    }
+
+    /// The value of an integer-register scalar (bool, int, uint).
+    pub fn int_value(self, v: i64) -> Option<Value> {
+        Some(match self {
+            ScalarKind::Bool => Value::Bool(v != 0),
+            ScalarKind::Int => Value::Int(v),
+            ScalarKind::Uint => Value::Uint(v as u64),
+            _ => return None,
+        })
+    }
+
+    /// The value of a float-register scalar (float, Instant).
+    pub fn float_value(self, v: f64) -> Option<Value> {
+        Some(match self {
+            ScalarKind::Float => Value::Float(v),
+            ScalarKind::Instant => Value::Instant(v),
+            _ => return None,
+        })
+    }
 }
 
 /// What a probe host function returns for a missing value.

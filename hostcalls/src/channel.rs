@@ -4,14 +4,19 @@
 //! Emitting never affects the RPC, so a sink only collects; where records go is the runtime's
 //! choice.
 
+use std::sync::Arc;
+
 use crate::value::Value;
 
 /// One value an element emitted on one of its channels.
+///
+/// The names are shared (`Arc<str>`): an emitter keeps them interned, so a record costs two
+/// reference-count increments rather than two string allocations.
 #[derive(Clone, Debug)]
 pub struct ChannelRecord {
     /// The element instance that emitted it.
-    pub element: String,
-    pub channel: String,
+    pub element: Arc<str>,
+    pub channel: Arc<str>,
     /// The RPC being processed when the value was emitted.
     pub rpc_id: u64,
     /// The executor's clock ([`crate::clock::Clock::now`]) at the emit.
@@ -58,10 +63,10 @@ mod tests {
         dyn_sink.emit(record("latency", 1, Value::Float(0.25)));
         dyn_sink.emit(record("errors", 2, Value::Int(1)));
         assert_eq!(sink.len(), 2);
-        assert_eq!(sink[0].channel, "latency");
+        assert_eq!(&*sink[0].channel, "latency");
         assert_eq!(sink[0].value, Value::Float(0.25));
         assert_eq!(sink[1].rpc_id, 2);
-        assert_eq!(sink[1].element, "logger-0");
+        assert_eq!(&*sink[1].element, "logger-0");
         assert_eq!(sink[1].time, 1.5);
     }
 

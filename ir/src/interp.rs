@@ -9,7 +9,6 @@
 //! value when it is None…) reject the RPC with INTERNAL and count against the element;
 //! malformed message bytes reject it with INVALID_ARGUMENT and count as malformed.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weft_hostcalls::builtins;
@@ -35,7 +34,52 @@ pub struct Instance {
     /// RPCs rejected because their bytes did not parse.
     pub malformed: u64,
     /// Per-RPC scratch (`set_metadata`), from an RPC's request to its response.
-    scratch: BTreeMap<u64, Vec<Option<Value>>>,
+    scratch: Scratch,
+}
+
+/// The scratch of the RPCs in flight through one instance: a small slab of slot vectors
+/// keyed by RPC id. An instance holds few RPCs at once (usually one), so a linear search
+/// beats a tree, and ended vectors are kept for reuse, so a steady stream of RPCs allocates
+/// nothing.
+#[derive(Default)]
+struct Scratch {
+    live: Vec<(u64, Vec<Option<Value>>)>,
+    spare: Vec<Vec<Option<Value>>>,
+}
+
+impl Scratch {
+    fn find(&self, rpc_id: u64) -> Option<usize> {
+        // Newest first: the RPC being handled is usually the one that began last.
+        self.live.iter().rposition(|(id, _)| *id == rpc_id)
+    }
+
+    fn begin(&mut self, rpc_id: u64, slots: usize) {
+        self.end(rpc_id);
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.extend((0..slots).map(|_| None));
+        self.live.push((rpc_id, v));
+    }
+
+    fn end(&mut self, rpc_id: u64) {
+        if let Some(i) = self.find(rpc_id) {
+            let (_, mut v) = self.live.swap_remove(i);
+            v.clear();
+            self.spare.push(v);
+        }
+    }
+
+    fn get(&self, rpc_id: u64, key: MetaId) -> Option<&Value> {
+        let i = self.find(rpc_id)?;
+        self.live[i].1.get(key).and_then(Option::as_ref)
+    }
+
+    fn set(&mut self, rpc_id: u64, key: MetaId, value: Value) {
+        if let Some(i) = self.find(rpc_id)
+            && let Some(slot) = self.live[i].1.get_mut(key)
+        {
+            *slot = Some(value);
+        }
+    }
 }
 
 impl Instance {
@@ -50,39 +94,34 @@ impl Instance {
             rng,
             errors: 0,
             malformed: 0,
-            scratch: BTreeMap::new(),
+            scratch: Scratch::default(),
         }
     }
 
     /// RPCs whose scratch is still held (requests without their response yet).
     pub fn in_flight(&self) -> usize {
-        self.scratch.len()
+        self.scratch.live.len()
     }
 
     /// Starts an RPC's scratch with `slots` unset keys (compiled executors call these; the
     /// interpreter does the same in [`on_request`] and [`on_response`]).
     pub fn scratch_begin(&mut self, rpc_id: u64, slots: usize) {
-        self.scratch.insert(rpc_id, vec![None; slots]);
+        self.scratch.begin(rpc_id, slots);
     }
 
     /// Ends an RPC's scratch (its response passed, or its `resp` handler will not run).
     pub fn scratch_end(&mut self, rpc_id: u64) {
-        self.scratch.remove(&rpc_id);
+        self.scratch.end(rpc_id);
     }
 
     /// `get_metadata`: the value set for `key` during this RPC, if any.
     pub fn scratch_get(&self, rpc_id: u64, key: MetaId) -> Option<&Value> {
-        self.scratch
-            .get(&rpc_id)
-            .and_then(|s| s.get(key))
-            .and_then(Option::as_ref)
+        self.scratch.get(rpc_id, key)
     }
 
     /// `set_metadata`: ignored when the RPC has no scratch (as in the interpreter).
     pub fn scratch_set(&mut self, rpc_id: u64, key: MetaId, value: Value) {
-        if let Some(slot) = self.scratch.get_mut(&rpc_id).and_then(|s| s.get_mut(key)) {
-            *slot = Some(value);
-        }
+        self.scratch.set(rpc_id, key, value);
     }
 
     /// Counts a run-time error against this instance, as the interpreter does.
@@ -151,7 +190,7 @@ pub fn on_request(
     host: &mut Host<'_>,
 ) -> Verdict {
     debug_assert!(e.is_runnable(), "element {} has unbound parameters", e.name);
-    inst.scratch.insert(rpc.id, vec![None; e.metadata.len()]);
+    inst.scratch.begin(rpc.id, e.metadata.len());
     let result = {
         let mut frame = Frame::new(e, Handler::Req, inst, rpc, host);
         frame.set_msg(msg);
@@ -171,7 +210,7 @@ pub fn on_request(
     };
     if !matches!(verdict, Verdict::Forward(_)) {
         // This element's `resp` will not run for the RPC: its scratch ends here.
-        inst.scratch.remove(&rpc.id);
+        inst.scratch.end(rpc.id);
     }
     verdict
 }
@@ -190,7 +229,7 @@ pub fn on_response(
         frame.set_msg(msg);
         frame.run_handler()
     };
-    inst.scratch.remove(&rpc.id);
+    inst.scratch.end(rpc.id);
     match result {
         Ok(Sent::Up(m)) | Ok(Sent::Down(m)) => m,
         Ok(Sent::Reject(code, message)) => Message {
@@ -362,11 +401,7 @@ impl<'a, 'h> Frame<'a, 'h> {
             }
             StmtKind::SetMetadata { key, value } => {
                 let v = self.expr(value)?;
-                if let Some(slots) = self.inst.scratch.get_mut(&self.rpc.id)
-                    && let Some(slot) = slots.get_mut(*key)
-                {
-                    *slot = Some(v);
-                }
+                self.inst.scratch.set(self.rpc.id, *key, v);
             }
             StmtKind::Eval(e) => {
                 self.expr(e)?;
@@ -444,9 +479,11 @@ impl<'a, 'h> Frame<'a, 'h> {
             }
             SendKind::Channel { channel, value } => {
                 let v = self.expr(value)?;
+                let name = self.element.record_channel(*channel);
+                let name = name.ok_or_else(|| RuntimeError::Type(format!("channel {channel}")))?;
                 self.host.channels.emit(ChannelRecord {
-                    element: self.element.name.clone(),
-                    channel: self.element.channels[*channel].clone(),
+                    element: Arc::clone(self.element.record_element()),
+                    channel: Arc::clone(name),
                     rpc_id: self.rpc.id,
                     time: self.host.clock.now(),
                     value: v,
@@ -629,13 +666,7 @@ impl<'a, 'h> Frame<'a, 'h> {
                 Value::Str(m.headers.get(&n).cloned().unwrap_or_default())
             }
             ExprKind::Metadata(key) => {
-                let v = self
-                    .inst
-                    .scratch
-                    .get(&self.rpc.id)
-                    .and_then(|s| s.get(*key))
-                    .cloned()
-                    .flatten();
+                let v = self.inst.scratch.get(self.rpc.id, *key).cloned();
                 v.map_or(Value::none(), Value::some)
             }
             ExprKind::Call { builtin, args } => self.call(*builtin, args, &e.ty)?,

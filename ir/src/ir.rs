@@ -7,6 +7,7 @@
 //! parameters are constants.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use weft_hostcalls::state::{CellKind, Combiner, Consistency};
 use weft_hostcalls::{Code, Value};
@@ -38,12 +39,46 @@ pub struct Element {
     /// Parameters with neither a config value nor a default (`weft check` / `weft props`
     /// without a chain). They appear as [`ExprKind::Param`]; such an element cannot run.
     pub unbound_params: Vec<String>,
+    /// `name` and `channels` as channel records carry them, interned once so an emit does
+    /// not allocate. [`Element::set_name`] keeps them in step with `name`.
+    pub(crate) record_names: RecordNames,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct RecordNames {
+    element: Arc<str>,
+    channels: Vec<Arc<str>>,
+}
+
+impl RecordNames {
+    pub(crate) fn new(element: &str, channels: &[String]) -> Self {
+        RecordNames {
+            element: element.into(),
+            channels: channels.iter().map(|c| Arc::from(c.as_str())).collect(),
+        }
+    }
 }
 
 impl Element {
     /// Whether every executor can run it (all parameters bound, all fields resolved).
     pub fn is_runnable(&self) -> bool {
         self.unbound_params.is_empty()
+    }
+
+    /// Renames the element (its channel records follow).
+    pub fn set_name(&mut self, name: String) {
+        self.record_names.element = Arc::from(name.as_str());
+        self.name = name;
+    }
+
+    /// The element's name as its channel records carry it.
+    pub fn record_element(&self) -> &Arc<str> {
+        &self.record_names.element
+    }
+
+    /// A channel's name as records carry it.
+    pub fn record_channel(&self, channel: ChannelId) -> Option<&Arc<str>> {
+        self.record_names.channels.get(channel)
     }
 
     pub fn var(&self, name: &str) -> Option<VarId> {

@@ -129,6 +129,7 @@ struct Rec<'a> {
 }
 
 /// Decodes the varint at `bytes[pos..]`; returns it and the position after it.
+#[inline]
 fn varint(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
     let rest = bytes.get(pos..).unwrap_or_default();
     let mut value = 0u64;
@@ -166,6 +167,7 @@ fn records(seg: Seg<'_>) -> Records<'_> {
 
 impl<'a> Records<'a> {
     /// The record at `pos` and the position after it.
+    #[inline]
     fn parse(&self) -> Result<(Rec<'a>, usize), WireError> {
         let Seg { base, bytes } = self.seg;
         let start = self.pos;
@@ -330,18 +332,45 @@ fn occurrences<'a>(segs: &[Seg<'a>], step: &FieldStep) -> Result<Vec<Seg<'a>>, W
 
 /// The innermost message of `parents`, as the occurrences that make it up; `None` when some
 /// enclosing message is absent.
-fn descend<'a>(msg: &'a [u8], parents: &[FieldStep]) -> Result<Option<Vec<Seg<'a>>>, WireError> {
-    let mut segs = vec![Seg {
+///
+/// A top-level field (no parents, the common case) reads the message as one borrowed
+/// segment, without allocating.
+fn descend<'a>(msg: &'a [u8], parents: &[FieldStep]) -> Result<Option<SmallSegs<'a>>, WireError> {
+    let whole = Seg {
         base: 0,
         bytes: msg,
-    }];
-    for step in parents {
+    };
+    let Some((first, rest)) = parents.split_first() else {
+        return Ok(Some(SmallSegs::One([whole])));
+    };
+    let mut segs = occurrences(&[whole], first)?;
+    if segs.is_empty() {
+        return Ok(None);
+    }
+    for step in rest {
         segs = occurrences(&segs, step)?;
         if segs.is_empty() {
             return Ok(None);
         }
     }
-    Ok(Some(segs))
+    Ok(Some(SmallSegs::Many(segs)))
+}
+
+/// The segments [`descend`] found.
+enum SmallSegs<'a> {
+    One([Seg<'a>; 1]),
+    Many(Vec<Seg<'a>>),
+}
+
+impl<'a> std::ops::Deref for SmallSegs<'a> {
+    type Target = [Seg<'a>];
+
+    fn deref(&self) -> &[Seg<'a>] {
+        match self {
+            SmallSegs::One(s) => s,
+            SmallSegs::Many(v) => v,
+        }
+    }
 }
 
 /// The effective occurrence of a singular non-message field: the last one, unless a oneof
@@ -425,6 +454,89 @@ pub fn read(msg: &[u8], path: &FieldPath) -> Result<Value, WireError> {
             Ok(Value::Map(map))
         }
     }
+}
+
+/// Whether [`extract`] handles reads of `path`: a singular, non-message field at the top
+/// level of the message. Other paths are read with [`read`].
+pub fn extractable(path: &FieldPath) -> bool {
+    matches!(path.steps.as_slice(), [leaf]
+        if leaf.card == Cardinality::Single && leaf.kind != ProtoKind::Message)
+}
+
+/// Where the effective occurrence of an extracted field's value is, as offsets into the
+/// message (so it can be kept apart from the borrow of the bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub start: usize,
+    pub end: usize,
+}
+
+/// The outcome of one field of an [`extract`] pass: the occurrence to decode (`None`: absent,
+/// read as the default), or the error [`read`] would report for that field.
+pub type Extracted = Result<Option<Found>, WireError>;
+
+/// One pass over `msg` for several fields at once, each [`extractable`]: for every leaf, the
+/// effective occurrence or the error [`read`] reports for it, in `out` (cleared first).
+///
+/// It applies `read`'s rules field by field in the same record order, so each field's outcome
+/// is exactly `read`'s: the first record that fails to parse fails every field that has not
+/// failed before it; an occurrence with the wrong wire type fails only its own field, and
+/// only if it comes before any parse error; a oneof sibling clears an earlier occurrence.
+/// Other fields are skipped by wire type without decoding.
+pub fn extract(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
+    out.clear();
+    out.extend(leaves.iter().map(|_| Ok(None)));
+    // The record parser of `read`, driven directly: one loop, no iterator state.
+    let mut scan = records(Seg {
+        base: 0,
+        bytes: msg,
+    });
+    while scan.pos < msg.len() {
+        let rec = match scan.parse() {
+            Ok((r, next)) => {
+                scan.pos = next;
+                r
+            }
+            Err(e) => {
+                for o in out.iter_mut().filter(|o| o.is_ok()) {
+                    *o = Err(e.clone());
+                }
+                return;
+            }
+        };
+        for (leaf, o) in leaves.iter().zip(out.iter_mut()) {
+            let Ok(last) = o else { continue };
+            if rec.number == leaf.number {
+                match check_wire(leaf, &rec) {
+                    Ok(()) => {
+                        *last = Some(Found {
+                            start: rec.value.base,
+                            end: rec.value.base + rec.value.bytes.len(),
+                        })
+                    }
+                    Err(e) => *o = Err(e),
+                }
+            } else if leaf.oneof_siblings.contains(&rec.number) {
+                *last = None;
+            }
+        }
+    }
+}
+
+/// The value of an extracted field: decodes the occurrence `found` of `msg` (the message
+/// [`extract`] ran on) as [`read`] does, or the leaf's default when absent.
+pub fn decode_found(
+    msg: &[u8],
+    leaf: &FieldStep,
+    found: Option<Found>,
+) -> Result<Value, WireError> {
+    let Some(Found { start, end }) = found else {
+        return Ok(leaf.default.clone());
+    };
+    let bytes = msg
+        .get(start..end)
+        .ok_or(WireError::Truncated { offset: start })?;
+    decode_scalar(leaf.kind, Seg { base: start, bytes }, &leaf.name)
 }
 
 /// Decodes one map entry (field 1 = key, field 2 = value).

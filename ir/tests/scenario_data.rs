@@ -443,7 +443,7 @@ fn a_rejection_travels_up_through_every_resp_handler_above_it() {
     let got: Vec<(&str, u64, f64)> = report
         .channels
         .iter()
-        .map(|r| (r.element.as_str(), r.rpc_id, r.value.as_float().unwrap()))
+        .map(|r| (&*r.element, r.rpc_id, r.value.as_float().unwrap()))
         .collect();
     assert_eq!(
         got,

@@ -94,8 +94,8 @@ fn random_headers(e: &mut Entropy, m: &mut Message) {
 
 fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
     (
-        r.element.clone(),
-        r.channel.clone(),
+        r.element.to_string(),
+        r.channel.to_string(),
         r.rpc_id,
         r.time.to_bits(),
         r.value.clone(),
@@ -136,7 +136,7 @@ pub fn compare_program(
     let chain: Vec<Arc<Element>> = (0..n)
         .map(|i| {
             let mut el = element.clone();
-            el.name = format!("gen{i}");
+            el.set_name(format!("gen{i}"));
             Arc::new(el)
         })
         .collect();
@@ -151,8 +151,11 @@ pub fn compare_program(
     let resp_fields = fields(&method.response, &response_fields());
     let seed = e.next_u64();
     let clock = VirtualClock::new(0.0);
+    // The interpreter; the JIT called per direction (as the simulator and a runtime call
+    // it); the JIT running whole round trips (as the benchmark rig does).
     let mut worlds = [
         World::new(&chain, seed, false),
+        World::new(&chain, seed, true),
         World::new(&chain, seed, true),
     ];
     let mut init_ok = true;
@@ -196,8 +199,9 @@ pub fn compare_program(
             service: "gen-svc".into(),
             routed: None,
         };
+        let request_rpc = rpc.clone();
         let mut outs: Vec<SegmentRequest> = Vec::new();
-        for (j, w) in worlds.iter_mut().enumerate() {
+        for (j, w) in worlds.iter_mut().take(2).enumerate() {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
             let mut host = Host {
                 clock: &clock,
@@ -236,11 +240,42 @@ pub fn compare_program(
                 (out.decided, Message::error(*code, message.clone()))
             }
         };
+        let (trip_out, trip_back) = {
+            let w = &mut worlds[2];
+            let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
+            let mut host = Host {
+                clock: &clock,
+                channels: &mut w.channels,
+            };
+            compiled.round_trip(
+                &mut bufs,
+                &mut insts,
+                Arc::new(req.clone()),
+                &request_rpc,
+                &mut host,
+                || Arc::new(resp.clone()),
+            )
+        };
+        let trip_out = trip_out.unshared();
+        if trip_out != outs[0] {
+            return fail(format!(
+                "rpc {}: round-trip request verdicts differ\n interp: {:?}\n    jit: {:?}\n request: {req:?}",
+                i + 1,
+                outs[0],
+                trip_out
+            ));
+        }
         if start == 0 {
+            if let Some(b) = trip_back {
+                return fail(format!(
+                    "rpc {}: the round trip ran response handlers: {b:?}",
+                    i + 1
+                ));
+            }
             continue;
         }
         let mut backs = Vec::new();
-        for (j, w) in worlds.iter_mut().enumerate() {
+        for (j, w) in worlds.iter_mut().take(2).enumerate() {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
             let mut host = Host {
                 clock: &clock,
@@ -267,11 +302,34 @@ pub fn compare_program(
                 backs[1]
             ));
         }
+        if trip_back.as_deref() != Some(&backs[0]) {
+            return fail(format!(
+                "rpc {}: round-trip responses differ\n interp: {:?}\n    jit: {:?}\n response in: {resp:?}",
+                i + 1,
+                backs[0],
+                trip_back
+            ));
+        }
     }
-    let [a, b] = &mut worlds;
+    let [a, rest @ ..] = &mut worlds;
+    for b in rest {
+        if let Err(e) = same_worlds(a, b) {
+            return fail(e);
+        }
+    }
+    Ok(Compared {
+        skipped: false,
+        rpcs,
+        elements: n,
+    })
+}
+
+/// Compares a JIT world with the interpreter's after a stream of RPCs: counters, final
+/// state and channel records.
+fn same_worlds(a: &mut World, b: &mut World) -> Result<(), String> {
     for (x, y) in a.instances.iter_mut().zip(b.instances.iter_mut()) {
         if (x.errors, x.malformed, x.in_flight()) != (y.errors, y.malformed, y.in_flight()) {
-            return fail(format!(
+            return Err(format!(
                 "{}: counters (errors, malformed, in flight) differ: interp {:?}, jit {:?}",
                 x.name,
                 (x.errors, x.malformed, x.in_flight()),
@@ -280,7 +338,7 @@ pub fn compare_program(
         }
         let (sx, sy) = (x.store.snapshot(), y.store.snapshot());
         if sx != sy {
-            return fail(format!(
+            return Err(format!(
                 "{}: final state differs\n interp: {sx:?}\n    jit: {sy:?}",
                 x.name
             ));
@@ -289,13 +347,9 @@ pub fn compare_program(
     let ra: Vec<_> = a.channels.iter().map(record_key).collect();
     let rb: Vec<_> = b.channels.iter().map(record_key).collect();
     if ra != rb {
-        return fail(format!(
+        return Err(format!(
             "channel records differ\n interp: {ra:?}\n    jit: {rb:?}"
         ));
     }
-    Ok(Compared {
-        skipped: false,
-        rpcs,
-        elements: n,
-    })
+    Ok(())
 }

@@ -14,14 +14,18 @@ use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
 use crate::compile::{Compiled, Fusion, Part, compile};
-use crate::host::Frame;
+use crate::host::{Extraction, Frame, UNIT};
 use crate::lower::{block_vars, code_of};
 
 /// Buffers reused from call to call, so a call allocates only what its values need.
 #[derive(Default)]
 pub struct Buffers {
     arena: Vec<Value>,
+    /// Per element of the segment: its state block (null when its code needs none, or when
+    /// its store has none). Valid only while the instances they came from stay borrowed:
+    /// filled at the start of a call and cleared at its end.
     blocks: Vec<*mut u64>,
+    extracted: Extraction,
 }
 
 /// Wraps a new instance's store so the element's local scalars live in a block compiled code
@@ -61,7 +65,7 @@ pub struct SharedRequest {
 }
 
 impl SharedRequest {
-    fn unshared(self) -> SegmentRequest {
+    pub(crate) fn unshared(self) -> SegmentRequest {
         SegmentRequest {
             decided: self.decided,
             routed: self.routed,
@@ -91,6 +95,61 @@ impl Compiled {
     /// Runs the segment's request handlers on a shared message; the verdict's message is
     /// shared too (a channel record may hold it), so nothing is copied.
     pub fn request_shared(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> SharedRequest {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        bufs.blocks.clear();
+        out
+    }
+
+    /// One whole RPC, as a process that holds the instances from the request to its response
+    /// (the benchmark rig) runs it: the request down the segment; then, if it was forwarded,
+    /// the response `respond` gives, or else the early answer, back up from the element that
+    /// answered. The state blocks are collected once for both directions. The response
+    /// handlers see the routing the request decided (`rpc.routed` becomes the outcome's
+    /// `routed`, as the simulator does between the directions). Returns the request's
+    /// outcome and the response that leaves the segment (`None` when the first element
+    /// answered, so no response handler ran).
+    pub fn round_trip(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        respond: impl FnOnce() -> Arc<Message>,
+    ) -> (SharedRequest, Option<Arc<Message>>) {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        if let [part] = self.parts.as_slice()
+            && self.has_blocks(part, &bufs.blocks)
+        {
+            let out = self.round_trip_fused(part, bufs, instances, msg, rpc, host, respond);
+            bufs.blocks.clear();
+            return out;
+        }
+        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        let (start, resp) = match &out.verdict {
+            SharedVerdict::Forward(_) => (self.elements.len(), respond()),
+            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
+            SharedVerdict::Reject { code, message } => (
+                out.decided,
+                Arc::new(Message::error(*code, message.clone())),
+            ),
+        };
+        let rpc = routed(rpc, &out);
+        let back =
+            (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host));
+        bufs.blocks.clear();
+        (out, back)
+    }
+
+    fn request_parts(
         &self,
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
@@ -142,6 +201,21 @@ impl Compiled {
         bufs: &mut Buffers,
         instances: &mut [&mut Instance],
         start: usize,
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+    ) -> Arc<Message> {
+        self.collect_blocks(instances, &mut bufs.blocks);
+        let out = self.response_parts(bufs, instances, start, msg, rpc, host);
+        bufs.blocks.clear();
+        out
+    }
+
+    fn response_parts(
+        &self,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        start: usize,
         mut msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
@@ -171,9 +245,10 @@ impl Compiled {
         let mut arena = std::mem::take(&mut bufs.arena);
         arena.clear();
         arena.push(Value::Msg(msg));
+        let blocks = bufs.blocks.get(part.range.start..).unwrap_or_default();
         Frame {
             ctx: RpcCtx {
-                blocks: bufs.blocks.as_ptr(),
+                blocks: blocks.as_ptr(),
                 ..RpcCtx::default()
             },
             arena,
@@ -185,6 +260,10 @@ impl Compiled {
             host,
             error: None,
             reject: String::new(),
+            extracted: Extraction {
+                msg: UNIT,
+                fields: std::mem::take(&mut bufs.extracted.fields),
+            },
         }
     }
 
@@ -197,11 +276,7 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> SharedRequest {
-        if !collect_blocks(
-            &self.needs_block[part.range.clone()],
-            instances,
-            &mut bufs.blocks,
-        ) {
+        if !self.has_blocks(part, &bufs.blocks) {
             // An instance whose store has no state block (made by another executor): the
             // interpreter runs it, reading the same store.
             let els = &self.elements[part.range.clone()];
@@ -216,8 +291,8 @@ impl Compiled {
                 },
             };
         }
-        let n = part.range.len();
         let mut arena_back = Vec::new();
+        let bufs_extracted;
         let (ctx, error, reject) = {
             let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
             (part.req)(&mut frame);
@@ -227,14 +302,33 @@ impl Compiled {
                 std::mem::take(&mut frame.reject),
             );
             std::mem::swap(&mut arena_back, &mut frame.arena);
+            bufs_extracted = std::mem::take(&mut frame.extracted);
             out
         };
-        bufs.blocks.clear();
-        let decided = (ctx.decided as usize).min(n);
-        let routed = dst_of(&arena_back, ctx.entry_msg);
-        let taken = take_msg(&mut arena_back, ctx.msg);
+        bufs.extracted = bufs_extracted;
+        let out = self.request_outcome(part, &ctx, error, reject, &mut arena_back, instances, rpc);
         arena_back.clear();
         bufs.arena = arena_back;
+        out
+    }
+
+    /// What a request function left in its frame, as the segment's outcome; counts a failure
+    /// against the deciding element and ends its scratch when its `resp` will not run.
+    #[allow(clippy::too_many_arguments)]
+    fn request_outcome(
+        &self,
+        part: &Part,
+        ctx: &RpcCtx,
+        error: Option<RuntimeError>,
+        reject: String,
+        arena: &mut [Value],
+        instances: &mut [&mut Instance],
+        rpc: &RpcInfo,
+    ) -> SharedRequest {
+        let n = part.range.len();
+        let decided = (ctx.decided as usize).min(n);
+        let routed = dst_of(arena, ctx.entry_msg);
+        let taken = take_msg(arena, ctx.msg);
         let els = &self.elements[part.range.clone()];
         let verdict = match (ctx.verdict, taken) {
             (verdict::FORWARD, Ok(m)) => {
@@ -287,55 +381,154 @@ impl Compiled {
         rpc: &RpcInfo,
         host: &mut Host<'_>,
     ) -> Arc<Message> {
-        if !collect_blocks(
-            &self.needs_block[part.range.clone()],
-            instances,
-            &mut bufs.blocks,
-        ) {
+        if !self.has_blocks(part, &bufs.blocks) {
             let els = &self.elements[part.range.clone()];
             let m = Interp.response(els, instances, start, Arc::unwrap_or_clone(msg), rpc, host);
             return Arc::new(m);
         }
         let mut arena_back = Vec::new();
+        let bufs_extracted;
         let ctx = {
             let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
             frame.ctx.start = start as u32;
             (part.resp)(&mut frame);
             std::mem::swap(&mut arena_back, &mut frame.arena);
+            bufs_extracted = std::mem::take(&mut frame.extracted);
             std::mem::take(&mut frame.ctx)
         };
-        bufs.blocks.clear();
-        let out = take_msg(&mut arena_back, ctx.msg).unwrap_or_else(|e| {
-            Arc::new(Message::error(
-                Code::Internal,
-                format!("response handler: {e}"),
-            ))
-        });
+        bufs.extracted = bufs_extracted;
+        let out = response_outcome(&mut arena_back, &ctx);
         arena_back.clear();
         bufs.arena = arena_back;
         out
     }
 }
 
-/// Collects each instance's state block; `false` if an element whose code needs one has an
-/// instance whose store has none (it was made by another executor).
-fn collect_blocks(
-    needs: &[bool],
-    instances: &mut [&mut Instance],
-    out: &mut Vec<*mut u64>,
-) -> bool {
-    out.clear();
-    for (need, i) in needs.iter().zip(instances.iter_mut()) {
-        if *need {
-            match i.store.scalar_block() {
-                Some(p) => out.push(p),
-                None => return false,
+/// The `RpcInfo` the response handlers of a round trip see: routed where the request went.
+fn routed<'r>(rpc: &'r RpcInfo, out: &SharedRequest) -> std::borrow::Cow<'r, RpcInfo> {
+    if out.routed == rpc.routed {
+        std::borrow::Cow::Borrowed(rpc)
+    } else {
+        std::borrow::Cow::Owned(RpcInfo {
+            routed: out.routed.clone(),
+            ..rpc.clone()
+        })
+    }
+}
+
+/// The response a response function left in its frame.
+fn response_outcome(arena: &mut [Value], ctx: &RpcCtx) -> Arc<Message> {
+    take_msg(arena, ctx.msg).unwrap_or_else(|e| {
+        Arc::new(Message::error(
+            Code::Internal,
+            format!("response handler: {e}"),
+        ))
+    })
+}
+
+impl Compiled {
+    /// [`Compiled::round_trip`] of a segment compiled as one part (fused): one frame serves
+    /// the request and the response, so the arena, the extraction buffer and the context are
+    /// set up once per RPC.
+    #[allow(clippy::too_many_arguments)]
+    fn round_trip_fused(
+        &self,
+        part: &Part,
+        bufs: &mut Buffers,
+        instances: &mut [&mut Instance],
+        msg: Arc<Message>,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        respond: impl FnOnce() -> Arc<Message>,
+    ) -> (SharedRequest, Option<Arc<Message>>) {
+        let n = part.range.len();
+        let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
+        (part.req)(&mut frame);
+        let ctx = std::mem::take(&mut frame.ctx);
+        let (error, reject) = (frame.error.take(), std::mem::take(&mut frame.reject));
+        let out = self.request_outcome(
+            part,
+            &ctx,
+            error,
+            reject,
+            &mut frame.arena,
+            frame.instances,
+            rpc,
+        );
+        let answer = match &out.verdict {
+            SharedVerdict::Forward(_) => (n, respond()),
+            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
+            SharedVerdict::Reject { code, message } => (
+                out.decided,
+                Arc::new(Message::error(*code, message.clone())),
+            ),
+        };
+        // A request that changed the routing needs another `RpcInfo` for the response, which
+        // this frame cannot point at: that (rare) response gets a frame of its own below.
+        let rerouted = out.routed != rpc.routed;
+        let back = match &answer {
+            (start, resp) if *start > 0 && !rerouted => {
+                let (start, resp) = (*start, Arc::clone(resp));
+                // The same frame, reset as `frame` would build it for the response.
+                frame.arena.clear();
+                frame.arena.push(Value::Msg(resp));
+                frame.ctx = RpcCtx {
+                    blocks: ctx.blocks,
+                    start: (start - 1).min(n - 1) as u32,
+                    ..RpcCtx::default()
+                };
+                frame.handler = Handler::Resp;
+                frame.error = None;
+                frame.extracted.msg = UNIT;
+                (part.resp)(&mut frame);
+                let rctx = std::mem::take(&mut frame.ctx);
+                Some(response_outcome(&mut frame.arena, &rctx))
             }
-        } else {
-            out.push(std::ptr::null_mut());
+            _ => None,
+        };
+        frame.arena.clear();
+        let arena = std::mem::take(&mut frame.arena);
+        let fields = std::mem::take(&mut frame.extracted.fields);
+        drop(frame);
+        bufs.arena = arena;
+        bufs.extracted.fields = fields;
+        if let (start, resp) = answer
+            && start > 0
+            && rerouted
+        {
+            let rpc = routed(rpc, &out);
+            let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host);
+            return (out, Some(back));
+        }
+        (out, back)
+    }
+
+    /// Collects the state block of every element whose code needs one (null otherwise, and
+    /// for an instance whose store has none: it was made by another executor).
+    fn collect_blocks(&self, instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) {
+        out.clear();
+        out.extend(
+            self.needs_block
+                .iter()
+                .zip(instances.iter_mut())
+                .map(|(need, i)| match need {
+                    true => i.store.scalar_block().unwrap_or(std::ptr::null_mut()),
+                    false => std::ptr::null_mut(),
+                }),
+        );
+    }
+
+    /// Whether every element of `part` whose code needs a state block has one.
+    fn has_blocks(&self, part: &Part, blocks: &[*mut u64]) -> bool {
+        let r = part.range.clone();
+        match (self.needs_block.get(r.clone()), blocks.get(r)) {
+            (Some(needs), Some(blocks)) => needs
+                .iter()
+                .zip(blocks)
+                .all(|(need, b)| !*need || !b.is_null()),
+            _ => false,
         }
     }
-    true
 }
 
 fn take_msg(arena: &mut [Value], h: u64) -> Result<Arc<Message>, RuntimeError> {

@@ -13,7 +13,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use weft_hostcalls::abi::{HostFn, NONE, RpcCtx};
+use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, ScalarKind};
 use weft_hostcalls::builtins;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng;
@@ -22,7 +22,7 @@ use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::eval::{self, RuntimeError};
 use weft_ir::interp::{Host, Instance, RpcInfo};
 use weft_ir::ir::{Builtin, Element, Handler};
-use weft_ir::schema::FieldPath;
+use weft_ir::schema::{FieldPath, FieldStep};
 use weft_ir::types::Type;
 use weft_ir::wire;
 
@@ -38,6 +38,12 @@ pub struct Tables {
     pub builtins: Vec<Builtin>,
     /// Types by number, for `Convert`.
     pub types: Vec<Type>,
+    /// Per field: its index among `extract`, when reads of it come from one pass over the
+    /// message ([`wire::extractable`]).
+    pub extract_slot: Vec<Option<usize>>,
+    /// The leaves one [`wire::extract`] pass looks for: every extractable field the
+    /// segment's code names.
+    pub extract: Vec<FieldStep>,
 }
 
 impl Tables {
@@ -55,6 +61,14 @@ impl Tables {
             return i as u64;
         }
         self.fields.push(f.clone());
+        let slot = match f.leaf() {
+            Some(leaf) if wire::extractable(f) => {
+                self.extract.push(leaf.clone());
+                Some(self.extract.len() - 1)
+            }
+            _ => None,
+        };
+        self.extract_slot.push(slot);
         (self.fields.len() - 1) as u64
     }
 
@@ -103,6 +117,26 @@ pub struct Frame<'a, 'i, 'h> {
     pub error: Option<RuntimeError>,
     /// The message text of a request-side rejection.
     pub reject: String,
+    /// The fields of the last message read, from one pass over its bytes.
+    pub extracted: Extraction,
+}
+
+/// The outcome of one [`wire::extract`] pass, for the message at arena handle `msg`. The
+/// arena only grows during a call and its values are never changed in place (`set` makes a
+/// new message), so within one call a handle names the same bytes and the recorded offsets
+/// stay valid; each call starts with none.
+pub struct Extraction {
+    pub msg: u64,
+    pub fields: Vec<wire::Extracted>,
+}
+
+impl Default for Extraction {
+    fn default() -> Self {
+        Extraction {
+            msg: UNIT,
+            fields: Vec::new(),
+        }
+    }
 }
 
 impl Frame<'_, '_, '_> {
@@ -734,9 +768,47 @@ fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
         .ok_or_else(|| RuntimeError::Type(format!("field {id}")))
 }
 
-fn read_field(f: &Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
+/// A field of a message: from the frame's extraction pass when the field is part of it (one
+/// scan of the bytes serves every such field the segment reads), otherwise `wire::read`.
+fn read_field(f: &mut Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
     let path = field(f.tables, id)?;
-    Ok(wire::read(&f.msg(msg)?.bytes, path)?)
+    let slot = usize::try_from(id)
+        .ok()
+        .and_then(|i| f.tables.extract_slot.get(i).copied().flatten());
+    let Frame {
+        arena,
+        tables,
+        extracted,
+        ..
+    } = f;
+    let v = match msg {
+        UNIT => Some(&Value::Unit),
+        _ => usize::try_from(msg).ok().and_then(|i| arena.get(i)),
+    };
+    let m = match v {
+        Some(Value::Msg(m)) => m,
+        Some(other) => {
+            return Err(RuntimeError::Type(format!(
+                "expected a message, got {}",
+                other.kind_name()
+            )));
+        }
+        None => return Err(RuntimeError::Type(format!("dangling value handle {msg}"))),
+    };
+    let Some(slot) = slot else {
+        return Ok(wire::read(&m.bytes, path)?);
+    };
+    if extracted.msg != msg {
+        wire::extract(&m.bytes, &tables.extract, &mut extracted.fields);
+        extracted.msg = msg;
+    }
+    let (Some(leaf), Some(got)) = (tables.extract.get(slot), extracted.fields.get(slot)) else {
+        return Err(RuntimeError::Type(format!("field {id} is not extracted")));
+    };
+    match got {
+        Ok(found) => Ok(wire::decode_found(&m.bytes, leaf, *found)?),
+        Err(e) => Err(e.clone().into()),
+    }
 }
 
 extern "C" fn hc_field_read(f: F, msg: u64, id: u64) -> u64 {
@@ -868,24 +940,135 @@ extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
 extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
     guard(f, (), |f| {
         let v = f.take_clone(value)?;
-        let e = f.element(elem)?;
-        let channel = e
-            .channels
-            .get(chan as usize)
-            .cloned()
-            .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
-        let element = e.name.clone();
-        let time = f.host.clock.now();
-        let rpc_id = f.rpc.id;
-        f.host.channels.emit(ChannelRecord {
-            element,
-            channel,
-            rpc_id,
-            time,
-            value: v,
-        });
+        emit(f, elem, chan, v)
+    })
+}
+
+fn scalar_kind(kind: i64) -> Result<ScalarKind, RuntimeError> {
+    ScalarKind::from_i64(kind).ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind}")))
+}
+
+fn int_scalar(kind: i64, v: i64) -> Result<Value, RuntimeError> {
+    scalar_kind(kind)?
+        .int_value(v)
+        .ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind} in an integer register")))
+}
+
+fn float_scalar(kind: i64, v: f64) -> Result<Value, RuntimeError> {
+    scalar_kind(kind)?
+        .float_value(v)
+        .ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind} in a float register")))
+}
+
+extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
+    guard(f, (), |f| {
+        let v = int_scalar(kind, v)?;
+        emit(f, elem, chan, v)
+    })
+}
+
+extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
+    guard(f, (), |f| {
+        let v = float_scalar(kind, v)?;
+        emit(f, elem, chan, v)
+    })
+}
+
+extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
+    guard(f, (), |f| {
+        let v = int_scalar(kind, v)?;
+        let id = f.rpc.id;
+        f.instance(elem)?.scratch_set(id, key as usize, v);
         Ok(())
     })
+}
+
+extern "C" fn hc_metadata_set_f(f: F, elem: i64, key: u64, v: f64, kind: i64) {
+    guard(f, (), |f| {
+        let v = float_scalar(kind, v)?;
+        let id = f.rpc.id;
+        f.instance(elem)?.scratch_set(id, key as usize, v);
+        Ok(())
+    })
+}
+
+/// `get_metadata(key)` bound to an integer-register scalar of `kind` (the unboxing
+/// [`hc_unbox_int`] or [`hc_unbox_bool`] would do); presence in `ctx.found`.
+extern "C" fn hc_metadata_probe_i(f: F, elem: i64, key: u64, kind: i64) -> i64 {
+    f.ctx.found = 0;
+    guard(f, 0, |f| {
+        let id = f.rpc.id;
+        let bool_kind = kind == ScalarKind::Bool as i64;
+        let r = match f.instance(elem)?.scratch_get(id, key as usize) {
+            None => return Ok(0),
+            Some(Value::Bool(b)) if bool_kind => i64::from(*b),
+            Some(other) if bool_kind => {
+                return Err(RuntimeError::Type(format!(
+                    "expected a bool, got {}",
+                    other.kind_name()
+                )));
+            }
+            Some(v) => int_of(v)?,
+        };
+        f.ctx.found = 1;
+        Ok(r)
+    })
+}
+
+/// `get_metadata(key)` bound to a float or Instant; presence in `ctx.found`.
+extern "C" fn hc_metadata_probe_f(f: F, elem: i64, key: u64) -> f64 {
+    f.ctx.found = 0;
+    guard(f, 0.0, |f| {
+        let id = f.rpc.id;
+        let r = match f.instance(elem)?.scratch_get(id, key as usize) {
+            None => return Ok(0.0),
+            Some(v) => float_of(v)?,
+        };
+        f.ctx.found = 1;
+        Ok(r)
+    })
+}
+
+/// `get(map_state, k)` under patterns that bind nothing: 0 when present, [`NONE`] if not.
+extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
+    guard(f, NONE, |f| {
+        let inst = usize::try_from(elem)
+            .ok()
+            .and_then(|k| f.instances.get_mut(k))
+            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+        let k = match key {
+            UNIT => &Value::Unit,
+            _ => usize::try_from(key)
+                .ok()
+                .and_then(|i| f.arena.get(i))
+                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
+        };
+        match inst.store.get(var as usize, k)? {
+            Some(_) => Ok(0),
+            None => Ok(NONE),
+        }
+    })
+}
+
+/// A channel record with the element's interned names.
+fn emit(f: &mut Frame<'_, '_, '_>, elem: i64, chan: u64, v: Value) -> Result<(), RuntimeError> {
+    let e = f.element(elem)?;
+    let channel = usize::try_from(chan)
+        .ok()
+        .and_then(|c| e.record_channel(c))
+        .cloned()
+        .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
+    let element = Arc::clone(e.record_element());
+    let time = f.host.clock.now();
+    let rpc_id = f.rpc.id;
+    f.host.channels.emit(ChannelRecord {
+        element,
+        channel,
+        rpc_id,
+        time,
+        value: v,
+    });
+    Ok(())
 }
 
 /// A request-side rejection's message text (the code and element are out-params).
@@ -1039,6 +1222,13 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         ScratchEnd => (hc_scratch_end as *const u8, sig(&[I], None)),
         StateProbe => (hc_state_probe as *const u8, sig(&[I, I, I], Some(I))),
         MetadataProbe => (hc_metadata_probe as *const u8, sig(&[I, I], Some(I))),
+        MetadataSetI => (hc_metadata_set_i as *const u8, sig(&[I, I, I, I], None)),
+        MetadataSetF => (hc_metadata_set_f as *const u8, sig(&[I, I, Fl, I], None)),
+        MetadataProbeI => (hc_metadata_probe_i as *const u8, sig(&[I, I, I], Some(I))),
+        MetadataProbeF => (hc_metadata_probe_f as *const u8, sig(&[I, I], Some(Fl))),
+        ChannelEmitI => (hc_channel_emit_i as *const u8, sig(&[I, I, I, I], None)),
+        ChannelEmitF => (hc_channel_emit_f as *const u8, sig(&[I, I, Fl, I], None)),
+        StateContains => (hc_state_contains as *const u8, sig(&[I, I, I], Some(I))),
     }
 }
 
@@ -1109,6 +1299,13 @@ pub const ALL: &[HostFn] = &{
         ScratchEnd,
         StateProbe,
         MetadataProbe,
+        MetadataSetI,
+        MetadataSetF,
+        MetadataProbeI,
+        MetadataProbeF,
+        ChannelEmitI,
+        ChannelEmitF,
+        StateContains,
     ]
 };
 

@@ -22,7 +22,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::ir::{Block, Value as V};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
 use cranelift_module::{FuncId, Linkage, Module};
-use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, SlotKind, verdict};
+use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, ScalarKind, SlotKind, verdict};
 use weft_hostcalls::state::{CellKind, Consistency};
 use weft_hostcalls::{Code, Value};
 use weft_ir::ast::{BinOp, UnOp};
@@ -66,6 +66,18 @@ fn repr(t: &Type) -> Repr {
         Type::Float | Type::Instant => Repr::F,
         _ => Repr::H,
     }
+}
+
+/// The kind a scalar type is passed with to the `*I`/`*F` host functions.
+fn scalar_kind(t: &Type) -> Option<ScalarKind> {
+    Some(match t {
+        Type::Bool => ScalarKind::Bool,
+        Type::Int => ScalarKind::Int,
+        Type::Uint => ScalarKind::Uint,
+        Type::Float => ScalarKind::Float,
+        Type::Instant => ScalarKind::Instant,
+        _ => return None,
+    })
 }
 
 fn clif(r: Repr) -> types::Type {
@@ -170,6 +182,7 @@ const MSG: i32 = offset_of!(RpcCtx, msg) as i32;
 const ENTRY_MSG: i32 = offset_of!(RpcCtx, entry_msg) as i32;
 const BLOCKS: i32 = offset_of!(RpcCtx, blocks) as i32;
 const START: i32 = offset_of!(RpcCtx, start) as i32;
+const FOUND: i32 = offset_of!(RpcCtx, found) as i32;
 
 fn flags() -> MemFlags {
     MemFlags::trusted()
@@ -251,6 +264,20 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
 
     fn elem(&mut self) -> V {
         self.iconst(self.k as i64)
+    }
+
+    /// A scalar in a register as the `*I`/`*F` host functions take it: the value (bools
+    /// widened to `i64`), its kind, and whether it travels in a float register. `None` for
+    /// handles.
+    fn scalar_arg(&mut self, v: V, ty: &Type) -> Option<(V, V, bool)> {
+        let kind = scalar_kind(ty)?;
+        let k = self.iconst(kind as i64);
+        Some(match repr(ty) {
+            Repr::B => (self.b.ins().uextend(types::I64, v), k, false),
+            Repr::I => (v, k, false),
+            Repr::F => (v, k, true),
+            Repr::H => return None,
+        })
     }
 
     /// A value in `from`'s representation as a handle.
@@ -407,6 +434,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             StmtKind::SetMetadata { key, value } => {
                 let v = self.expr(value);
+                if let Some((v, kind, float)) = self.scalar_arg(v, &value.ty) {
+                    let (e, key) = (self.elem(), self.iconst(*key as i64));
+                    let f = if float {
+                        HostFn::MetadataSetF
+                    } else {
+                        HostFn::MetadataSetI
+                    };
+                    self.call(f, &[e, key, v, kind]);
+                    self.check();
+                    return;
+                }
                 let v = self.boxed(v, &value.ty);
                 let (e, key) = (self.elem(), self.iconst(*key as i64));
                 self.call(HostFn::MetadataSet, &[e, key, v]);
@@ -468,6 +506,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         match send {
             SendKind::Channel { channel, value } => {
                 let v = self.expr(value);
+                if let Some((v, kind, float)) = self.scalar_arg(v, &value.ty) {
+                    let (e, c) = (self.elem(), self.iconst(*channel as i64));
+                    let f = if float {
+                        HostFn::ChannelEmitF
+                    } else {
+                        HostFn::ChannelEmitI
+                    };
+                    self.call(f, &[e, c, v, kind]);
+                    self.check();
+                    return;
+                }
                 let v = self.boxed(v, &value.ty);
                 let (e, c) = (self.elem(), self.iconst(*channel as i64));
                 self.call(HostFn::ChannelEmit, &[e, c, v]);
@@ -527,6 +576,11 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         if !only_options {
             return false;
         }
+        // The type of the local a `Some(x)` arm binds, if any.
+        let bound = arms.iter().find_map(|a| match a.pattern {
+            Pattern::Some(Some(l)) => Some(self.body.locals[l].ty.clone()),
+            _ => None,
+        });
         let h = match &scrutinee.kind {
             ExprKind::StateGet { var, key }
                 if self.element.state.get(*var).map(|v| v.kind) == Some(CellKind::Map) =>
@@ -534,10 +588,19 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let k = self.expr(key);
                 let k = self.boxed(k, &key.ty);
                 let (el, var) = (self.elem(), self.iconst(*var as i64));
-                self.callv(HostFn::StateProbe, &[el, var, k])
+                // Nothing binds the value: ask whether it is there, without copying it.
+                let f = match bound {
+                    None => HostFn::StateContains,
+                    Some(_) => HostFn::StateProbe,
+                };
+                self.callv(f, &[el, var, k])
             }
             ExprKind::Metadata(key) => {
                 let (el, key) = (self.elem(), self.iconst(*key as i64));
+                if let Some(ty) = bound.as_ref().filter(|t| repr(t) != Repr::H) {
+                    self.scalar_metadata_probe(el, key, ty, arms);
+                    return true;
+                }
                 self.callv(HostFn::MetadataProbe, &[el, key])
             }
             _ => return false,
@@ -574,6 +637,53 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.jump(after, &[]);
         self.b.switch_to_block(after);
         true
+    }
+
+    /// `match get_metadata(k)` whose `Some(x)` binds a scalar: the value comes back in a
+    /// register and its presence in [`RpcCtx::found`], so nothing is boxed.
+    fn scalar_metadata_probe(&mut self, el: V, key: V, ty: &Type, arms: &'a [Arm]) {
+        let v = match repr(ty) {
+            Repr::F => self.callv(HostFn::MetadataProbeF, &[el, key]),
+            r => {
+                let kind = self.iconst(scalar_kind(ty).map_or(-1, |k| k as i64));
+                let v = self.callv(HostFn::MetadataProbeI, &[el, key, kind]);
+                if r == Repr::B {
+                    self.b.ins().ireduce(types::I8, v)
+                } else {
+                    v
+                }
+            }
+        };
+        self.check();
+        let found = self.b.ins().load(types::I32, flags(), self.frame, FOUND);
+        let after = self.b.create_block();
+        for arm in arms {
+            let body_blk = self.b.create_block();
+            let next = self.b.create_block();
+            let cond = match arm.pattern {
+                Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, found, 0)),
+                Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, found, 0)),
+                _ => None,
+            };
+            match cond {
+                None => self.jump(body_blk, &[]),
+                Some(c) => {
+                    self.b.ins().brif(c, body_blk, &[], next, &[]);
+                }
+            }
+            self.b.switch_to_block(body_blk);
+            if let Pattern::Some(Some(l)) = &arm.pattern {
+                self.b.def_var(self.locals[*l], v);
+            }
+            self.block(&arm.body);
+            self.jump(after, &[]);
+            self.b.switch_to_block(next);
+            if cond.is_none() {
+                break;
+            }
+        }
+        self.jump(after, &[]);
+        self.b.switch_to_block(after);
     }
 
     fn match_(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) {

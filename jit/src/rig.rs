@@ -41,6 +41,18 @@ pub struct Rig {
     pub response: Message,
     runner: Runner,
     rpc: RpcInfo,
+    /// The allocation behind each run's `Vec<&mut Instance>`, kept empty between runs.
+    spare: Vec<&'static mut Instance>,
+}
+
+/// An empty vector of references with another lifetime, in `v`'s allocation: `collect` from
+/// a `vec::IntoIter` reuses the buffer when the element layout is the same, and the vector
+/// is emptied first, so no reference outlives its borrow.
+fn relifetime<'b, T>(mut v: Vec<&mut T>) -> Vec<&'b mut T> {
+    v.clear();
+    // `filter` would keep the old lifetime; producing the new type is the point.
+    #[allow(clippy::unnecessary_filter_map)]
+    v.into_iter().filter_map(|_| None).collect()
 }
 
 fn specs(e: &Element) -> Vec<VarSpec> {
@@ -100,6 +112,7 @@ impl Rig {
             request,
             response,
             runner,
+            spare: Vec::new(),
             rpc: RpcInfo {
                 id: 0,
                 method: String::new(),
@@ -127,13 +140,14 @@ impl Rig {
         self.channels.clear();
         self.rpc.id = self.rpc.id.wrapping_add(1);
         let rpc = &self.rpc;
-        let mut insts: Vec<&mut Instance> = self.instances.iter_mut().collect();
+        let mut insts = relifetime(std::mem::take(&mut self.spare));
+        insts.extend(self.instances.iter_mut());
         let mut host = Host {
             clock: &self.clock,
             channels: &mut self.channels,
         };
         let req = self.request.clone();
-        match &mut self.runner {
+        let outcome = match &mut self.runner {
             Runner::Interp => {
                 let out = Interp.request(&self.elements, &mut insts, req, rpc, &mut host);
                 let (start, resp, outcome) = match out.verdict {
@@ -150,31 +164,37 @@ impl Rig {
                     ),
                 };
                 if start > 0 {
+                    // The response handlers see where the request was routed, as in
+                    // `Compiled::round_trip` and the simulator.
+                    let rerouted;
+                    let rpc = if out.routed == rpc.routed {
+                        rpc
+                    } else {
+                        rerouted = RpcInfo {
+                            routed: out.routed,
+                            ..rpc.clone()
+                        };
+                        &rerouted
+                    };
                     Interp.response(&self.elements, &mut insts, start - 1, resp, rpc, &mut host);
                 }
                 outcome
             }
             Runner::Jit(c, bufs) => {
                 // Messages stay shared end to end, as the runtime keeps them.
-                let out = c.request_shared(bufs, &mut insts, Arc::new(req), rpc, &mut host);
-                let (start, resp, outcome) = match out.verdict {
-                    SharedVerdict::Forward(_) => (
-                        self.elements.len(),
-                        Arc::new(self.response.clone()),
-                        RunOutcome::Forwarded,
-                    ),
-                    SharedVerdict::Reply(m) => (out.decided, m, RunOutcome::Replied(out.decided)),
-                    SharedVerdict::Reject { code, message } => (
-                        out.decided,
-                        Arc::new(Message::error(code, message)),
-                        RunOutcome::Rejected(out.decided),
-                    ),
-                };
-                if start > 0 {
-                    c.response_shared(bufs, &mut insts, start - 1, resp, rpc, &mut host);
+                let response = &self.response;
+                let (out, _) =
+                    c.round_trip(bufs, &mut insts, Arc::new(req), rpc, &mut host, || {
+                        Arc::new(response.clone())
+                    });
+                match out.verdict {
+                    SharedVerdict::Forward(_) => RunOutcome::Forwarded,
+                    SharedVerdict::Reply(_) => RunOutcome::Replied(out.decided),
+                    SharedVerdict::Reject { .. } => RunOutcome::Rejected(out.decided),
                 }
-                outcome
             }
-        }
+        };
+        self.spare = relifetime(insts);
+        outcome
     }
 }

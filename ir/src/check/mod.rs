@@ -86,12 +86,14 @@ pub fn check(file: &ast::ElementFile, env: &CheckEnv<'_>) -> (Option<Element>, V
         .iter()
         .filter_map(|p| Some((p.name.clone(), p.value.clone()?)))
         .collect();
+    let name: String = if env.name.is_empty() {
+        "element".into()
+    } else {
+        env.name.clone()
+    };
     let element = Element {
-        name: if env.name.is_empty() {
-            "element".into()
-        } else {
-            env.name.clone()
-        },
+        record_names: RecordNames::new(&name, &cx.channels),
+        name,
         params,
         state: cx.state,
         channels: cx.channels,

@@ -254,7 +254,7 @@ pub fn records<'a>(report: &'a SimReport, element: &str, channel: &str) -> Vec<&
     report
         .channels
         .iter()
-        .filter(|c| c.element == element && c.channel == channel)
+        .filter(|c| &*c.element == element && &*c.channel == channel)
         .collect()
 }
 

@@ -33,8 +33,8 @@ pub fn simulate(
 
 fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, weft_hostcalls::Value) {
     (
-        r.element.clone(),
-        r.channel.clone(),
+        r.element.to_string(),
+        r.channel.to_string(),
         r.rpc_id,
         r.time.to_bits(),
         r.value.clone(),

@@ -457,7 +457,7 @@ fn cmd_sim(
         );
         for c in &report.channels {
             let line = serde_json::json!({
-                "element": c.element, "channel": c.channel, "rpc_id": c.rpc_id, "t": c.time,
+                "element": &*c.element, "channel": &*c.channel, "rpc_id": c.rpc_id, "t": c.time,
                 "value": weft_ir::json::to_json(&c.value, &render),
             });
             writeln!(f, "{line}")?;

@@ -1,0 +1,86 @@
+#![allow(clippy::unwrap_used)]
+//! The benchmark rig measures what it claims to: over many RPCs, the interpreter, the fused
+//! JIT (whose round trip shares one frame between request and response) and the unfused JIT
+//! give the same outcomes, channel records, state and counters — on the forwarded path the
+//! benchmark times and on the paths where an element rejects or fails.
+
+use weft_bench::{FIVE, counters, load_chain, request, response};
+use weft_hostcalls::Value;
+use weft_jit::Fusion;
+use weft_jit::rig::{Rig, RunOutcome};
+
+type Records = Vec<(String, String, u64, u64, Value)>;
+
+fn records(rig: &Rig) -> Records {
+    rig.channels
+        .iter()
+        .map(|r| {
+            (
+                r.element.to_string(),
+                r.channel.to_string(),
+                r.rpc_id,
+                r.time.to_bits(),
+                r.value.clone(),
+            )
+        })
+        .collect()
+}
+
+type Counters = Vec<(Vec<(String, Value)>, u64, u64, usize)>;
+
+fn state(rig: &mut Rig) -> Counters {
+    rig.instances
+        .iter_mut()
+        .map(|i| (i.store.snapshot(), i.errors, i.malformed, i.in_flight()))
+        .collect()
+}
+
+/// Runs `n` RPCs through the chain on every executor and compares them run by run.
+fn agree(items: &str, n: usize, expect: RunOutcome) {
+    let (elements, method) = load_chain(items).unwrap();
+    let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+    let mut rigs: Vec<Rig> = [None, Some(Fusion::Fused), Some(Fusion::Unfused)]
+        .into_iter()
+        .map(|f| Rig::new(&elements, f, req.clone(), resp.clone()).unwrap())
+        .collect();
+    for run in 0..n {
+        let outcomes: Vec<RunOutcome> = rigs.iter_mut().map(Rig::run).collect();
+        assert_eq!(outcomes[0], expect, "{items} run {run}");
+        assert!(outcomes.iter().all(|o| *o == outcomes[0]), "{outcomes:?}");
+        let recs: Vec<Records> = rigs.iter().map(records).collect();
+        assert_eq!(recs[0], recs[1], "fused, {items} run {run}");
+        assert_eq!(recs[0], recs[2], "unfused, {items} run {run}");
+    }
+    let states: Vec<Counters> = rigs.iter_mut().map(state).collect();
+    assert_eq!(states[0], states[1], "fused, {items}");
+    assert_eq!(states[0], states[2], "unfused, {items}");
+}
+
+#[test]
+fn the_benchmark_chain_forwards_alike() {
+    agree(FIVE, 40, RunOutcome::Forwarded);
+}
+
+#[test]
+fn a_rejection_midway_runs_the_earlier_response_handlers_alike() {
+    // The firewall denies the benchmark's user: ratelimit's `resp` sees the error.
+    let items = FIVE.replace("deny: [mallory, eve]", "deny: [mallory, alice]");
+    agree(&items, 20, RunOutcome::Rejected(1));
+    // Fault rejects last: metrics and logging see the error going up.
+    let items = FIVE.replace("prob_pass: 1.0", "prob_pass: 0.0");
+    agree(&items, 20, RunOutcome::Rejected(4));
+}
+
+#[test]
+fn the_first_element_rejecting_runs_no_response_handler() {
+    let items = FIVE.replace(
+        "capacity: 1000000000000.0, rate: 1000000000000.0",
+        "capacity: 0.5, rate: 0.0",
+    );
+    agree(&items, 10, RunOutcome::Rejected(0));
+}
+
+#[test]
+fn counters_agree() {
+    agree(&counters(3), 10, RunOutcome::Forwarded);
+}
