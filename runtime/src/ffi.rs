@@ -1,5 +1,5 @@
 //! The C ABI the language bindings link against (`runtime/include/weft.h`, generated from
-//! this file by cbindgen; the contract is /work/notes/ffi-contract.md, docs/engine.md).
+//! this file by cbindgen; the contract is docs/c-abi.md, the design docs/engine.md).
 //!
 //! Every entry point runs under `catch_unwind`, so nothing unwinds into the caller; errors
 //! are return codes plus a thread-local message ([`weft_last_error`]). Outputs go into
