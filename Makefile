@@ -23,6 +23,8 @@ build: deps
 test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# `cargo test` builds the runtime only as an rlib; the C ABI test links the static library.
+	$(CARGO) build -p weft-runtime --lib
 	$(CARGO) test --workspace
 	./scripts/check-elements.sh
 	$(MAKE) loom

@@ -17,7 +17,11 @@ fn target_dir() -> PathBuf {
 fn c_program_drives_the_echo_chain() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = target_dir().join("libweft_runtime.a");
-    assert!(lib.exists(), "{} was not built", lib.display());
+    assert!(
+        lib.exists(),
+        "{} was not built: `cargo test` builds the runtime only as an rlib; run `cargo build -p weft-runtime --lib` first (make test does)",
+        lib.display()
+    );
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("weft-c-drive");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
