@@ -512,9 +512,11 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner) = Some(result.map_err(|e| e.to_string()));
     }
 
-    /// The files the current version was built from.
-    pub(crate) fn watched_files(&self) -> Vec<PathBuf> {
-        self.table.load().current.files.clone()
+    /// The files the current version was built from, and the fingerprint of their content
+    /// as it read them.
+    pub(crate) fn watched(&self) -> (Vec<PathBuf>, [u8; 32]) {
+        let table = self.table.load();
+        (table.current.files.clone(), table.current.files_fingerprint)
     }
 
     pub(crate) fn reload(&self, new_source: Option<ConfigSource>) -> Result<Reloaded, EngineError> {

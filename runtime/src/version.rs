@@ -5,7 +5,7 @@
 //! every RPC in flight holds the version it started in, so a version (and its machine code)
 //! is freed exactly when it is no longer current and its last RPC has finished.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,6 +25,7 @@ use weft_jit::{Compiled, Fusion, block_store, compile};
 
 use crate::error::EngineError;
 use crate::placement::{in_process_layout, side_elements};
+use crate::watch;
 
 /// Where a version's config comes from.
 #[derive(Clone, Debug)]
@@ -127,6 +128,9 @@ pub(crate) struct Version {
     pub layouts: Vec<(String, Layout)>,
     /// The files this version was built from (config, protos, element sources), to watch.
     pub files: Vec<PathBuf>,
+    /// The content of `files` as this build read it. The watcher compares the files on disk
+    /// with this, so a write made while the version was being built is not missed.
+    pub files_fingerprint: [u8; 32],
     counters: Arc<VersionCounters>,
 }
 
@@ -185,9 +189,16 @@ fn read_config(source: &ConfigSource) -> Result<(Config, String), EngineError> {
 /// it lists, and the source of every element any edge uses (standard elements included, so
 /// two builds of Weft with different standard libraries disagree, as they should). Paths
 /// enter relative to the config's directory, so where the files live does not matter.
-fn content_digest(config: &Config, yaml: &str) -> (String, Vec<PathBuf>) {
+fn content_digest(
+    config: &Config,
+    yaml: &str,
+    config_path: Option<&Path>,
+) -> (String, Vec<PathBuf>, [u8; 32]) {
     let mut h = Sha256::new();
-    let mut files = Vec::new();
+    let mut read: BTreeMap<PathBuf, Option<Vec<u8>>> = BTreeMap::new();
+    if let Some(p) = config_path {
+        read.insert(p.to_path_buf(), Some(yaml.as_bytes().to_vec()));
+    }
     let mut feed = |label: &str, bytes: &[u8]| {
         h.update((label.len() as u64).to_le_bytes());
         h.update(label.as_bytes());
@@ -197,16 +208,19 @@ fn content_digest(config: &Config, yaml: &str) -> (String, Vec<PathBuf>) {
     feed("weft.yaml", yaml.as_bytes());
     for proto in &config.protos {
         let label = proto.strip_prefix(&config.dir).unwrap_or(proto);
-        let bytes = std::fs::read(proto).unwrap_or_default();
-        feed(&format!("proto:{}", label.display()), &bytes);
-        files.push(proto.clone());
+        let bytes = std::fs::read(proto).ok();
+        feed(
+            &format!("proto:{}", label.display()),
+            bytes.as_deref().unwrap_or_default(),
+        );
+        read.insert(proto.clone(), bytes);
     }
     for edge in &config.edges {
         for (_, use_) in edge.chain() {
             match element_source(config, use_) {
                 Some(src) => {
                     if !src.path.starts_with("<std>") {
-                        files.push(PathBuf::from(&src.path));
+                        read.insert(PathBuf::from(&src.path), Some(src.text.as_bytes().to_vec()));
                     }
                     feed(&format!("element:{}", use_.element), src.text.as_bytes());
                 }
@@ -214,11 +228,10 @@ fn content_digest(config: &Config, yaml: &str) -> (String, Vec<PathBuf>) {
             }
         }
     }
-    files.sort();
-    files.dedup();
     let sum = h.finalize();
     let hex: String = sum.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    (hex, files)
+    let fingerprint = watch::fingerprint_of(read.iter().map(|(p, b)| (p.as_path(), b.as_deref())));
+    (hex, read.into_keys().collect(), fingerprint)
 }
 
 /// Builds a version: loads, plans and compiles every edge this service is an end of, and
@@ -231,10 +244,11 @@ pub(crate) fn build(
     counters: &Arc<VersionCounters>,
 ) -> Result<Version, EngineError> {
     let (config, yaml) = read_config(source)?;
-    let (digest, mut files) = content_digest(&config, &yaml);
-    if let ConfigSource::File(p) = source {
-        files.push(p.clone());
-    }
+    let config_path = match source {
+        ConfigSource::File(p) => Some(p.as_path()),
+        ConfigSource::Yaml { .. } => None,
+    };
+    let (digest, files, files_fingerprint) = content_digest(&config, &yaml, config_path);
     let mine: Vec<&weft_ir::config::Edge> = config
         .edges
         .iter()
@@ -263,6 +277,7 @@ pub(crate) fn build(
         segments: Vec::new(),
         layouts: Vec::new(),
         files,
+        files_fingerprint,
         counters: Arc::clone(counters),
     };
     for edge in mine {

@@ -5,7 +5,7 @@
 //! and file system (network mounts, Kubernetes ConfigMap symlink swaps), and the files are a
 //! few kilobytes read once a second.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -22,16 +22,30 @@ pub(crate) struct Watcher {
 
 /// The content of every watched file (a missing file counts as a content of its own).
 fn fingerprint(files: &[PathBuf]) -> [u8; 32] {
+    let contents: Vec<Option<Vec<u8>>> = files.iter().map(|f| std::fs::read(f).ok()).collect();
+    fingerprint_of(
+        files
+            .iter()
+            .zip(&contents)
+            .map(|(f, c)| (f.as_path(), c.as_deref())),
+    )
+}
+
+/// The fingerprint of files whose content is already in hand (`None`: the file is missing).
+/// Paths must come in the same order as the version's `files` (sorted).
+pub(crate) fn fingerprint_of<'a>(
+    files: impl IntoIterator<Item = (&'a Path, Option<&'a [u8]>)>,
+) -> [u8; 32] {
     let mut h = Sha256::new();
-    for f in files {
-        h.update(f.as_os_str().as_encoded_bytes());
-        match std::fs::read(f) {
-            Ok(bytes) => {
+    for (path, content) in files {
+        h.update(path.as_os_str().as_encoded_bytes());
+        match content {
+            Some(bytes) => {
                 h.update([1]);
                 h.update((bytes.len() as u64).to_le_bytes());
-                h.update(&bytes);
+                h.update(bytes);
             }
-            Err(_) => h.update([0]),
+            None => h.update([0]),
         }
     }
     h.finalize().into()
@@ -44,8 +58,10 @@ impl Watcher {
         let thread = std::thread::Builder::new()
             .name("weft-config-watch".into())
             .spawn(move || {
+                // The baseline is what the current version was built from, not what the
+                // files hold when this thread first runs: a write in between is a change.
                 let mut seen = match engine.upgrade() {
-                    Some(e) => fingerprint(&e.watched_files()),
+                    Some(e) => e.watched().1,
                     None => return,
                 };
                 loop {
@@ -59,7 +75,7 @@ impl Watcher {
                     }
                     drop(stopped);
                     let Some(e) = engine.upgrade() else { return };
-                    let files = e.watched_files();
+                    let (files, _) = e.watched();
                     let now = fingerprint(&files);
                     if now == seen {
                         continue;
@@ -67,15 +83,12 @@ impl Watcher {
                     // A failed reload (a half-written file, a broken element) keeps the old
                     // version and is reported; the next change to the files tries again.
                     let result = e.reload(None);
+                    let installed = result.is_ok();
                     e.record_watch_result(result);
-                    let files_after = e.watched_files();
-                    // Taken before the reload read the files, so a write during it is seen
-                    // at the next poll; a new version may watch other files.
-                    seen = if files_after == files {
-                        now
-                    } else {
-                        fingerprint(&files_after)
-                    };
+                    // After an install, compare with what the new version read (a write
+                    // during the reload is then seen at the next poll); after a failure, wait
+                    // for the files to change again rather than retry the same content.
+                    seen = if installed { e.watched().1 } else { now };
                 }
             })
             .ok();

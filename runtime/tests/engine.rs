@@ -365,6 +365,14 @@ fn abandoned_rpcs_release_their_version() {
     assert_eq!(client.stats().freed, 1);
 }
 
+/// Replaces a file the way a ConfigMap update or an editor's save does: write a sibling, then
+/// rename over. A plain `fs::write` truncates first, and a poll in between reads a half file.
+fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp-write");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 #[test]
 fn the_watcher_reloads_changed_files_and_reports_failures() {
     let dir = echo_copy();
@@ -375,18 +383,20 @@ fn the_watcher_reloads_changed_files_and_reports_failures() {
     };
     let client = Engine::open(&config, "frontend", opts).unwrap();
     let yaml = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, yaml.replace("capacity: 5", "capacity: 7")).unwrap();
+    replace_file(&config, &yaml.replace("capacity: 5", "capacity: 7"));
+    // The watcher installs, then records the result: wait for the record, not the version.
     assert!(
-        eventually(Duration::from_secs(20), || client.version() == 2),
-        "the watcher did not install the changed config"
+        eventually(Duration::from_secs(20), || client.last_watch_result()
+            == Some(Ok(Reloaded::Installed(2)))),
+        "the watcher did not install the changed config: {:?}",
+        client.last_watch_result()
     );
-    assert_eq!(client.last_watch_result(), Some(Ok(Reloaded::Installed(2))));
+    assert_eq!(client.version(), 2);
     // An element file is watched too; a broken one is reported and changes nothing.
-    std::fs::write(
-        dir.path().join("elements/firewall.weft"),
+    replace_file(
+        &dir.path().join("elements/firewall.weft"),
         "req(rpc):\n    nonsense(\n",
-    )
-    .unwrap();
+    );
     assert!(
         eventually(Duration::from_secs(20), || matches!(
             client.last_watch_result(),
