@@ -24,7 +24,10 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# `cargo test` builds the runtime only as an rlib; the C ABI test links the static library.
-	$(CARGO) build -p weft-runtime --lib
+	# One build of every target with the workspace's features: `cargo test` then compiles
+	# nothing (a `-p weft-runtime` build here resolved other features and cost a second full
+	# build of the dependencies).
+	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
 	./scripts/check-elements.sh
 	$(MAKE) loom
@@ -95,10 +98,11 @@ go-gen: deps
 			$(ECHO_PROTO) || exit 1; \
 	done
 
-# Tests link the debug library (build tag weft_debug), which shares its compiled dependencies
-# with `cargo test`; the benchmark links the release library.
+# Tests link the debug library (build tag weft_debug), built exactly as `make test` builds
+# the workspace so the two share every compiled dependency; the benchmark links the release
+# library.
 go-test: go-gen
-	$(CARGO) build -p weft-runtime --lib
+	$(CARGO) build --workspace --all-targets
 	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
 	cd examples/go-echo && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
 	cd bindings/go && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use weft_bench::{Answer, Cx, FIVE, HandChain, counters, load_chain, request, response};
@@ -50,6 +51,18 @@ fn five(c: &mut Criterion) {
             let out = hand.rpc(req.clone(), &resp, &mut cx);
             assert!(matches!(out, Answer::Response(_)));
             black_box(out)
+        })
+    });
+    // What every executor pays per RPC before any element runs: time passes, records are
+    // drained, the request and the response are copied and shared.
+    g.bench_function("messages_only", |b| {
+        b.iter(|| {
+            clock.advance(0.001);
+            channels.clear();
+            id += 1;
+            let req = Arc::new(req.clone());
+            let resp = Arc::new(resp.clone());
+            black_box((req, resp))
         })
     });
     g.finish();

@@ -131,6 +131,17 @@ struct Rec<'a> {
 /// Decodes the varint at `bytes[pos..]`; returns it and the position after it.
 #[inline]
 fn varint(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
+    // Keys and short lengths are one byte: the common case gets no loop.
+    if let Some(&b) = bytes.get(pos)
+        && b < 0x80
+    {
+        return Ok((u64::from(b), pos + 1));
+    }
+    varint_long(bytes, pos, base)
+}
+
+#[cold]
+fn varint_long(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
     let rest = bytes.get(pos..).unwrap_or_default();
     let mut value = 0u64;
     for (i, &b) in rest.iter().take(10).enumerate() {
@@ -180,7 +191,7 @@ impl<'a> Records<'a> {
         }
         let number = (key >> 3) as u32;
         let wire = (key & 7) as u8;
-        let truncated = WireError::Truncated {
+        let truncated = || WireError::Truncated {
             offset: base + start,
         };
         let (vstart, vend) = match wire {
@@ -190,7 +201,7 @@ impl<'a> Records<'a> {
                 let end = p
                     .checked_add(width)
                     .filter(|e| *e <= bytes.len())
-                    .ok_or(truncated)?;
+                    .ok_or_else(truncated)?;
                 (p, end)
             }
             LEN => {
@@ -199,7 +210,7 @@ impl<'a> Records<'a> {
                     .ok()
                     .and_then(|l| q.checked_add(l))
                     .filter(|e| *e <= bytes.len())
-                    .ok_or(truncated)?;
+                    .ok_or_else(truncated)?;
                 (q, end)
             }
             SGROUP | EGROUP => {
@@ -486,6 +497,65 @@ pub type Extracted = Result<Option<Found>, WireError>;
 pub fn extract(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
     out.clear();
     out.extend(leaves.iter().map(|_| Ok(None)));
+    if extract_well_formed(msg, leaves, out) {
+        return;
+    }
+    for o in out.iter_mut() {
+        *o = Ok(None);
+    }
+    extract_exactly(msg, leaves, out);
+}
+
+/// [`extract`] for the common case, a well-formed message: a lean loop over keys and lengths
+/// that builds no record. It gives up (returns false, `out` half-filled) at anything
+/// [`extract_exactly`] would report as an error — a bad key, varint or length, a group, an
+/// extracted field with the wrong wire type — so every error comes from the exact path,
+/// and on a well-formed message both find the same occurrences.
+fn extract_well_formed(msg: &[u8], leaves: &[FieldStep], out: &mut [Extracted]) -> bool {
+    let mut pos = 0;
+    while pos < msg.len() {
+        let Ok((key, p)) = varint(msg, pos, 0) else {
+            return false;
+        };
+        let (number, wire) = (key >> 3, (key & 7) as u8);
+        if key > u64::from(u32::MAX) || number == 0 {
+            return false;
+        }
+        let (start, end) = match wire {
+            VARINT => match varint(msg, p, 0) {
+                Ok((_, e)) => (p, e),
+                Err(_) => return false,
+            },
+            I64 | I32 => (p, p + if wire == I64 { 8 } else { 4 }),
+            LEN => match varint(msg, p, 0) {
+                Ok((len, q)) => match usize::try_from(len).ok().and_then(|l| q.checked_add(l)) {
+                    Some(e) => (q, e),
+                    None => return false,
+                },
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+        if end > msg.len() {
+            return false;
+        }
+        for (leaf, o) in leaves.iter().zip(out.iter_mut()) {
+            if u64::from(leaf.number) == number {
+                if leaf.kind.wire_type() != wire {
+                    return false;
+                }
+                *o = Ok(Some(Found { start, end }));
+            } else if leaf.oneof_siblings.iter().any(|s| u64::from(*s) == number) {
+                *o = Ok(None);
+            }
+        }
+        pos = end;
+    }
+    true
+}
+
+/// [`extract`] record by record with `read`'s parser, errors and all.
+fn extract_exactly(msg: &[u8], leaves: &[FieldStep], out: &mut [Extracted]) {
     // The record parser of `read`, driven directly: one loop, no iterator state.
     let mut scan = records(Seg {
         base: 0,

@@ -19,7 +19,7 @@ fn c_program_drives_the_echo_chain() {
     let lib = target_dir().join("libweft_runtime.a");
     assert!(
         lib.exists(),
-        "{} was not built: `cargo test` builds the runtime only as an rlib; run `cargo build -p weft-runtime --lib` first (make test does)",
+        "{} was not built: `cargo test` builds the runtime only as an rlib; run `cargo build --workspace --all-targets` first (make test does)",
         lib.display()
     );
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("weft-c-drive");

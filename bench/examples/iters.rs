@@ -1,0 +1,70 @@
+//! Runs one benchmark case N times, for counting instructions per RPC with `perf stat`
+//! (instruction counts do not move with the load of a shared machine; times do):
+//!
+//! ```text
+//! cargo build --release -p weft-bench --example iters
+//! perf stat -e instructions:u target/release/examples/iters jit_fused 1000000
+//! ```
+//! and divide by N (the set-up is a few million instructions; compare against `... 0`).
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use weft_bench::{Answer, Cx, FIVE, HandChain, counters, load_chain, request, response};
+use weft_hostcalls::VirtualClock;
+use weft_hostcalls::channel::ChannelRecord;
+use weft_ir::schema::resolve_path;
+use weft_jit::Fusion;
+use weft_jit::rig::Rig;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let case = args.next().unwrap_or_else(|| "jit_fused".into());
+    let n: u64 = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let chain = match case.as_str() {
+        "one" => counters(1),
+        "eleven" => counters(11),
+        _ => FIVE.to_owned(),
+    };
+    let (elements, method) = load_chain(&chain).unwrap();
+    let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+    let fusion = match case.as_str() {
+        "interp" => None,
+        "jit_unfused" => Some(Fusion::Unfused),
+        _ => Some(Fusion::Fused),
+    };
+    match case.as_str() {
+        "hand_written" | "messages_only" => {
+            let clock = VirtualClock::new(0.0);
+            let user = resolve_path(&method.request, "user").unwrap();
+            let mut hand = HandChain::new(user, 0.0);
+            let mut channels: Vec<ChannelRecord> = Vec::new();
+            for id in 0..n {
+                clock.advance(0.001);
+                channels.clear();
+                if case == "messages_only" {
+                    black_box((Arc::new(req.clone()), Arc::new(resp.clone())));
+                    continue;
+                }
+                let mut cx = Cx {
+                    clock: &clock,
+                    channels: &mut channels,
+                    rpc_id: id,
+                };
+                let out = hand.rpc(req.clone(), &resp, &mut cx);
+                assert!(matches!(out, Answer::Response(_)));
+                black_box(out);
+            }
+        }
+        _ => {
+            let mut rig = Rig::new(&elements, fusion, req, resp).unwrap();
+            for _ in 0..n {
+                black_box(rig.run());
+            }
+        }
+    }
+}
