@@ -9,13 +9,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use weft_bench::{Answer, Cx, FIVE, HandChain, counters, load_chain, request, response};
-use weft_hostcalls::VirtualClock;
-use weft_hostcalls::channel::ChannelRecord;
-use weft_ir::schema::resolve_path;
+use weft_bench::{Answer, FIVE, HandRig, counters, load_chain, request, response};
 use weft_jit::rig::{Rig, RunOutcome};
 use weft_jit::{Fusion, compile};
 
@@ -32,38 +28,12 @@ fn five(c: &mut Criterion) {
         assert_eq!(rig.run(), RunOutcome::Forwarded, "{name}");
         g.bench_function(name, |b| b.iter(|| black_box(rig.run())));
     }
-    let clock = VirtualClock::new(0.0);
-    let user = resolve_path(&method.request, "user").unwrap();
-    let mut hand = HandChain::new(user, 0.0);
-    let mut channels: Vec<ChannelRecord> = Vec::new();
-    let mut id = 0u64;
-    g.bench_function("hand_written", |b| {
-        b.iter(|| {
-            // What the rig does around each RPC: time passes, records are drained.
-            clock.advance(0.001);
-            channels.clear();
-            id += 1;
-            let mut cx = Cx {
-                clock: &clock,
-                channels: &mut channels,
-                rpc_id: id,
-            };
-            let out = hand.rpc(req.clone(), &resp, &mut cx);
-            assert!(matches!(out, Answer::Response(_)));
-            black_box(out)
-        })
-    });
-    // What every executor pays per RPC before any element runs: time passes, records are
-    // drained, the request and the response are copied and shared.
+    let mut hand = HandRig::new(&method).unwrap();
+    assert!(matches!(hand.run(), Answer::Response(_)));
+    g.bench_function("hand_written", |b| b.iter(|| black_box(hand.run())));
+    // What every executor pays per RPC before any element runs.
     g.bench_function("messages_only", |b| {
-        b.iter(|| {
-            clock.advance(0.001);
-            channels.clear();
-            id += 1;
-            let req = Arc::new(req.clone());
-            let resp = Arc::new(resp.clone());
-            black_box((req, resp))
-        })
+        b.iter(|| black_box(hand.messages_only()))
     });
     g.finish();
 }

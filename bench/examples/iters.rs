@@ -9,12 +9,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::sync::Arc;
 
-use weft_bench::{Answer, Cx, FIVE, HandChain, counters, load_chain, request, response};
-use weft_hostcalls::VirtualClock;
-use weft_hostcalls::channel::ChannelRecord;
-use weft_ir::schema::resolve_path;
+use weft_bench::{Answer, FIVE, HandRig, counters, load_chain, request, response};
 use weft_jit::Fusion;
 use weft_jit::rig::Rig;
 
@@ -39,25 +35,15 @@ fn main() {
     };
     match case.as_str() {
         "hand_written" | "messages_only" => {
-            let clock = VirtualClock::new(0.0);
-            let user = resolve_path(&method.request, "user").unwrap();
-            let mut hand = HandChain::new(user, 0.0);
-            let mut channels: Vec<ChannelRecord> = Vec::new();
-            for id in 0..n {
-                clock.advance(0.001);
-                channels.clear();
+            let mut hand = HandRig::new(&method).unwrap();
+            for _ in 0..n {
                 if case == "messages_only" {
-                    black_box((Arc::new(req.clone()), Arc::new(resp.clone())));
-                    continue;
+                    black_box(hand.messages_only());
+                } else {
+                    let out = hand.run();
+                    assert!(matches!(out, Answer::Response(_)));
+                    black_box(out);
                 }
-                let mut cx = Cx {
-                    clock: &clock,
-                    channels: &mut channels,
-                    rpc_id: id,
-                };
-                let out = hand.rpc(req.clone(), &resp, &mut cx);
-                assert!(matches!(out, Answer::Response(_)));
-                black_box(out);
             }
         }
         _ => {

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::{self, SeededRng};
-use weft_hostcalls::{Code, Message, Value};
+use weft_hostcalls::{Code, Message, Value, VirtualClock};
 use weft_ir::config::Config;
 use weft_ir::ir::Element;
 use weft_ir::load::load_edge;
-use weft_ir::schema::{FieldPath, MethodSchema};
+use weft_ir::schema::{FieldPath, MethodSchema, resolve_path};
 use weft_ir::wire;
 
 /// The directory of the echo example (its proto and the benchmark's element files).
@@ -289,5 +289,57 @@ impl HandChain {
         self.metrics.response(&resp, cx);
         self.logging.log(&resp, cx);
         Answer::Response(resp)
+    }
+}
+
+/// The hand-written chain with what the rigs do around each RPC: time passes, the records of
+/// the previous RPC are drained, and the request and the response are copied and shared.
+pub struct HandRig {
+    pub chain: HandChain,
+    clock: VirtualClock,
+    channels: Vec<ChannelRecord>,
+    rpc_id: u64,
+    request: Message,
+    response: Message,
+}
+
+impl HandRig {
+    pub fn new(method: &MethodSchema) -> Result<HandRig, String> {
+        let user = resolve_path(&method.request, "user").map_err(|e| e.to_string())?;
+        Ok(HandRig {
+            chain: HandChain::new(user, 0.0),
+            clock: VirtualClock::new(0.0),
+            channels: Vec::new(),
+            rpc_id: 0,
+            request: request(method)?,
+            response: response(method)?,
+        })
+    }
+
+    fn next_rpc(&mut self) {
+        self.clock.advance(0.001);
+        self.channels.clear();
+        self.rpc_id += 1;
+    }
+
+    /// One RPC through the five elements.
+    pub fn run(&mut self) -> Answer {
+        self.next_rpc();
+        let mut cx = Cx {
+            clock: &self.clock,
+            channels: &mut self.channels,
+            rpc_id: self.rpc_id,
+        };
+        self.chain
+            .rpc(self.request.clone(), &self.response, &mut cx)
+    }
+
+    /// Only what every executor pays per RPC before any element runs.
+    pub fn messages_only(&mut self) -> (Arc<Message>, Arc<Message>) {
+        self.next_rpc();
+        (
+            Arc::new(self.request.clone()),
+            Arc::new(self.response.clone()),
+        )
     }
 }
