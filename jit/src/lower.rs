@@ -434,21 +434,12 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             StmtKind::SetMetadata { key, value } => {
                 let v = self.expr(value);
-                if let Some((v, kind, float)) = self.scalar_arg(v, &value.ty) {
-                    let (e, key) = (self.elem(), self.iconst(*key as i64));
-                    let f = if float {
-                        HostFn::MetadataSetF
-                    } else {
-                        HostFn::MetadataSetI
-                    };
-                    self.call(f, &[e, key, v, kind]);
-                    self.check();
-                    return;
-                }
-                let v = self.boxed(v, &value.ty);
-                let (e, key) = (self.elem(), self.iconst(*key as i64));
-                self.call(HostFn::MetadataSet, &[e, key, v]);
-                self.check();
+                let forms = [
+                    HostFn::MetadataSetI,
+                    HostFn::MetadataSetF,
+                    HostFn::MetadataSet,
+                ];
+                self.call_with_value(forms, *key as i64, v, &value.ty);
             }
             StmtKind::Eval(e) => {
                 self.expr(e);
@@ -484,6 +475,23 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         }
     }
 
+    /// Calls a host function taking `(element, id, value)` in the form that fits the value:
+    /// `[int register, float register, boxed]` (the register forms also take the scalar's
+    /// kind), then checks for a failure.
+    fn call_with_value(&mut self, forms: [HostFn; 3], id: i64, v: V, ty: &Type) {
+        let [int_form, float_form, boxed_form] = forms;
+        if let Some((v, kind, float)) = self.scalar_arg(v, ty) {
+            let (e, id) = (self.elem(), self.iconst(id));
+            let f = if float { float_form } else { int_form };
+            self.call(f, &[e, id, v, kind]);
+        } else {
+            let v = self.boxed(v, ty);
+            let (e, id) = (self.elem(), self.iconst(id));
+            self.call(boxed_form, &[e, id, v]);
+        }
+        self.check();
+    }
+
     /// The end of the handler without a `send`: the current message goes on.
     fn fall_off(&mut self) {
         match self.msg_local() {
@@ -506,21 +514,12 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         match send {
             SendKind::Channel { channel, value } => {
                 let v = self.expr(value);
-                if let Some((v, kind, float)) = self.scalar_arg(v, &value.ty) {
-                    let (e, c) = (self.elem(), self.iconst(*channel as i64));
-                    let f = if float {
-                        HostFn::ChannelEmitF
-                    } else {
-                        HostFn::ChannelEmitI
-                    };
-                    self.call(f, &[e, c, v, kind]);
-                    self.check();
-                    return;
-                }
-                let v = self.boxed(v, &value.ty);
-                let (e, c) = (self.elem(), self.iconst(*channel as i64));
-                self.call(HostFn::ChannelEmit, &[e, c, v]);
-                self.check();
+                let forms = [
+                    HostFn::ChannelEmitI,
+                    HostFn::ChannelEmitF,
+                    HostFn::ChannelEmit,
+                ];
+                self.call_with_value(forms, *channel as i64, v, &value.ty);
                 return;
             }
             _ if in_rmw => {
@@ -1465,6 +1464,75 @@ fn enter_element<'a, M: Module>(fx: &mut Fx<'a, '_, M>, k: usize, e: &'a Element
     fx.lambdas.clear();
 }
 
+/// Blocks taking one message handle each, one per element.
+fn handle_blocks(b: &mut FunctionBuilder<'_>, n: usize) -> (Vec<Block>, Vec<V>) {
+    let blocks: Vec<Block> = (0..n).map(|_| b.create_block()).collect();
+    let params = blocks
+        .iter()
+        .map(|blk| b.append_block_param(*blk, types::I64))
+        .collect();
+    (blocks, params)
+}
+
+/// A function's entry block, switched to, and its frame parameter.
+fn enter_function<'f>(
+    func: &'f mut Function,
+    fctx: &'f mut FunctionBuilderContext,
+) -> (FunctionBuilder<'f>, V) {
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let frame = b.block_params(entry)[0];
+    (b, frame)
+}
+
+impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        b: FunctionBuilder<'f>,
+        module: &'a mut M,
+        imports: &'a mut Imports,
+        tables: &'a mut Tables,
+        frame: V,
+        handler: Handler,
+        first: &'a Element,
+        entry_msg: V,
+        exits: Exits,
+    ) -> Self {
+        Fx {
+            b,
+            module,
+            imports,
+            refs: HashMap::new(),
+            tables,
+            frame,
+            handler,
+            k: 0,
+            element: first,
+            body: first.body(handler),
+            locals: Vec::new(),
+            blocks: Vec::new(),
+            block_ptr: None,
+            entry_msg,
+            exits,
+            lambdas: Vec::new(),
+            missing: None,
+        }
+    }
+
+    /// Seals and finalises the function; a host function the module lacked fails it.
+    fn finish(mut self) -> Result<(), JitError> {
+        self.b.seal_all_blocks();
+        let cfg = self.module.target_config();
+        self.b.finalize(cfg);
+        match self.missing {
+            Some(f) => Err(JitError::MissingHostFn(f)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Lowers the request function of a segment into `func`.
 pub fn lower_request<M: Module>(
     module: &mut M,
@@ -1475,45 +1543,30 @@ pub fn lower_request<M: Module>(
     fctx: &mut FunctionBuilderContext,
 ) -> Result<(), JitError> {
     let first = elements.first().ok_or(JitError::EmptySegment)?;
-    let mut b = FunctionBuilder::new(func, fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let frame = b.block_params(entry)[0];
+    let (mut b, frame) = enter_function(func, fctx);
     let n = elements.len();
-    let starts: Vec<Block> = (0..n).map(|_| b.create_block()).collect();
-    let mut params = Vec::with_capacity(n);
-    for s in &starts {
-        params.push(b.append_block_param(*s, types::I64));
-    }
+    let (starts, params) = handle_blocks(&mut b, n);
     let forward = b.create_block();
     let fwd_msg = b.append_block_param(forward, types::I64);
     let h0 = b.ins().iconst(types::I64, 0);
     b.ins().jump(starts[0], &[BlockArg::Value(h0)]);
     let dummy = b.create_block();
-    let mut fx = Fx {
+    let exits = Exits {
+        next: forward,
+        reply: None,
+        err: dummy,
+    };
+    let mut fx = Fx::new(
         b,
         module,
         imports,
-        refs: HashMap::new(),
         tables,
         frame,
-        handler: Handler::Req,
-        k: 0,
-        element: first,
-        body: &first.req,
-        locals: Vec::new(),
-        blocks: Vec::new(),
-        block_ptr: None,
-        entry_msg: h0,
-        exits: Exits {
-            next: forward,
-            reply: None,
-            err: dummy,
-        },
-        lambdas: Vec::new(),
-        missing: None,
-    };
+        Handler::Req,
+        first,
+        h0,
+        exits,
+    );
     for (k, e) in elements.iter().enumerate() {
         fx.b.switch_to_block(starts[k]);
         let h = params[k];
@@ -1553,13 +1606,7 @@ pub fn lower_request<M: Module>(
     fx.b.ins().return_(&[]);
     fx.b.switch_to_block(dummy);
     fx.b.ins().return_(&[]);
-    fx.b.seal_all_blocks();
-    let cfg = fx.module.target_config();
-    fx.b.finalize(cfg);
-    match fx.missing {
-        Some(f) => Err(JitError::MissingHostFn(f)),
-        None => Ok(()),
-    }
+    fx.finish()
 }
 
 /// Lowers the response function of a segment into `func`.
@@ -1572,22 +1619,10 @@ pub fn lower_response<M: Module>(
     fctx: &mut FunctionBuilderContext,
 ) -> Result<(), JitError> {
     let first = elements.first().ok_or(JitError::EmptySegment)?;
-    let mut b = FunctionBuilder::new(func, fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let frame = b.block_params(entry)[0];
+    let (mut b, frame) = enter_function(func, fctx);
     let n = elements.len();
-    let starts: Vec<Block> = (0..n).map(|_| b.create_block()).collect();
-    let mut params = Vec::with_capacity(n);
-    for s in &starts {
-        params.push(b.append_block_param(*s, types::I64));
-    }
-    let afters: Vec<Block> = (0..n).map(|_| b.create_block()).collect();
-    let mut after_params = Vec::with_capacity(n);
-    for a in &afters {
-        after_params.push(b.append_block_param(*a, types::I64));
-    }
+    let (starts, params) = handle_blocks(&mut b, n);
+    let (afters, after_params) = handle_blocks(&mut b, n);
     let done = b.create_block();
     let done_msg = b.append_block_param(done, types::I64);
     let h0 = b.ins().iconst(types::I64, 0);
@@ -1605,29 +1640,22 @@ pub fn lower_response<M: Module>(
     }
     b.switch_to_block(otherwise);
     b.ins().jump(done, &[BlockArg::Value(h0)]);
-    let mut fx = Fx {
+    let exits = Exits {
+        next: done,
+        reply: None,
+        err: done,
+    };
+    let mut fx = Fx::new(
         b,
         module,
         imports,
-        refs: HashMap::new(),
         tables,
         frame,
-        handler: Handler::Resp,
-        k: 0,
-        element: first,
-        body: &first.resp,
-        locals: Vec::new(),
-        blocks: Vec::new(),
-        block_ptr: None,
-        entry_msg: h0,
-        exits: Exits {
-            next: done,
-            reply: None,
-            err: done,
-        },
-        lambdas: Vec::new(),
-        missing: None,
-    };
+        Handler::Resp,
+        first,
+        h0,
+        exits,
+    );
     for (k, e) in elements.iter().enumerate() {
         fx.b.switch_to_block(starts[k]);
         let h = params[k];
@@ -1656,13 +1684,7 @@ pub fn lower_response<M: Module>(
     fx.b.switch_to_block(done);
     fx.b.ins().store(flags(), done_msg, frame, MSG);
     fx.b.ins().return_(&[]);
-    fx.b.seal_all_blocks();
-    let cfg = fx.module.target_config();
-    fx.b.finalize(cfg);
-    match fx.missing {
-        Some(f) => Err(JitError::MissingHostFn(f)),
-        None => Ok(()),
-    }
+    fx.finish()
 }
 
 /// A rejection's code as the context carries it.
