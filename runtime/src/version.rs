@@ -159,6 +159,10 @@ impl ChannelSink for Channels<'_> {
             f(&record);
         }
     }
+
+    fn enabled(&self) -> bool {
+        self.0.is_some()
+    }
 }
 
 /// Reads and parses the config text.
