@@ -410,3 +410,33 @@ fn the_watcher_reloads_changed_files_and_reports_failures() {
     assert!(e.contains("firewall.weft"), "{e}");
     assert_eq!(client.version(), 2);
 }
+
+#[test]
+fn only_the_headers_elements_observe_are_decoded() {
+    let yaml = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+    server:
+      - metrics
+      - prequal_server
+";
+    let keys = |service: &str, side: Side| {
+        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options()).unwrap();
+        let p = e.prepare(side, "/echo.Echo/Say", None).unwrap();
+        p.header_keys().map(<[String]>::to_vec)
+    };
+    // logging sends the whole request to a channel: every header.
+    assert_eq!(keys("frontend", Side::Client), None);
+    // metrics reads none; prequal_server writes its load headers on responses.
+    let server = keys("echo", Side::Server).unwrap();
+    assert_eq!(server[..2], ["weft-version", "dst"]);
+    assert!(
+        server.iter().any(|k| k.starts_with("prequal-")),
+        "{server:?}"
+    );
+}
