@@ -101,6 +101,17 @@ func BenchmarkEcho(b *testing.B) {
 		_, addr := serve(b, "echo-0", grpc.ChainUnaryInterceptor(metricsServerInterceptor(&rpcMetrics{})))
 		run(b, dial(b, addr, grpc.WithChainUnaryInterceptor(handwrittenClient(slog.New(droppingHandler{}))...)))
 	})
+	// Weft on one side only, to tell the two sides' costs apart.
+	b.Run("weft-client", func(b *testing.B) {
+		crt := open(b, benchEdgeYAML, "frontend")
+		_, addr := serve(b, "echo-0")
+		run(b, dial(b, addr, crt.DialOptions()...))
+	})
+	b.Run("weft-server", func(b *testing.B) {
+		srt := open(b, benchEdgeYAML, "echo")
+		_, addr := serve(b, "echo-0", srt.ServerOptions()...)
+		run(b, dial(b, addr))
+	})
 	b.Run("weft", func(b *testing.B) {
 		srt := open(b, benchEdgeYAML, "echo")
 		crt := open(b, benchEdgeYAML, "frontend")
