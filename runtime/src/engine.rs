@@ -434,6 +434,18 @@ impl Engine {
             })
         });
         let early = match out.verdict {
+            SharedVerdict::Forward(m) if seg.response_inert[route.method] => {
+                // No response handler can have an effect: end the RPC's scratch now and
+                // spare the caller the response call.
+                for inst in instances.iter_mut() {
+                    inst.scratch_end(id);
+                }
+                return Ok(RequestOutcome {
+                    verdict: forward_verdict(&input, m, stamped),
+                    rpc: None,
+                    version: version.number,
+                });
+            }
             SharedVerdict::Forward(m) => {
                 drop(instances);
                 drop(instances_guard);

@@ -109,6 +109,10 @@ pub(crate) struct Segment {
     /// By method index: the metadata keys elements can observe ([`header_keys`]); `None`
     /// when some element sees the message whole.
     pub header_keys: Vec<Option<Vec<String>>>,
+    /// By method index: no response handler of the segment can have an effect (no write,
+    /// no stop, no reorder, and channel records only when nothing observes them), so a
+    /// forwarded request needs no response call.
+    pub response_inert: Vec<bool>,
 }
 
 impl Segment {
@@ -361,8 +365,15 @@ fn build_segment(
     let mut compiled = Vec::with_capacity(loaded.methods.len());
     let mut rpc_template = Vec::with_capacity(loaded.methods.len());
     let mut keys = Vec::with_capacity(loaded.methods.len());
+    let mut inert = Vec::with_capacity(loaded.methods.len());
     for method in &loaded.methods {
         keys.push(header_keys(loaded, &positions, &method.full_name));
+        inert.push(response_inert(
+            loaded,
+            &positions,
+            &method.full_name,
+            options.channels.is_none(),
+        ));
         let irs: Vec<_> = positions
             .iter()
             .filter_map(|&k| loaded.elements[k].ir.get(&method.full_name).cloned())
@@ -398,6 +409,31 @@ fn build_segment(
         compiled,
         rpc_template,
         header_keys: keys,
+        response_inert: inert,
+    })
+}
+
+/// Whether no response handler of the segment can do anything observable for one method:
+/// each only passes the response on (and emits records nobody receives when
+/// `channels_unobserved`). Reading time, the route or per-RPC scratch is no effect, and the
+/// scratch is ended when the request's `Rpc` is dropped.
+fn response_inert(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    method: &str,
+    channels_unobserved: bool,
+) -> bool {
+    positions.iter().all(|&k| {
+        let el = &loaded.elements[k];
+        let Some(ir) = el.ir.get(method) else {
+            return true;
+        };
+        let resp = abstract_element(ir, &el.use_).resp;
+        resp.writes.is_empty()
+            && !resp.stops.any()
+            && !resp.reorders
+            && !resp.meta_write
+            && (resp.channels.is_empty() || channels_unobserved)
     })
 }
 

@@ -440,3 +440,42 @@ edges:
         "{server:?}"
     );
 }
+
+#[test]
+fn inert_response_paths_need_no_response_call() {
+    // logging's response handler only emits a record; the others pass the response on.
+    let yaml = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+      - firewall: {field: user, deny: [mallory]}
+    server:
+      - metrics
+";
+    let run = |service: &str, side: Side, options: EngineOptions| {
+        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options).unwrap();
+        let out = e
+            .process_request(
+                side,
+                "/echo.Echo/Say",
+                Metadata::new(),
+                two_strings("a", "b"),
+            )
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Forward(_)));
+        out.rpc.is_some()
+    };
+    assert!(!run("frontend", Side::Client, options()));
+    // With an observer the records are wanted: the response call runs logging.
+    let observed = EngineOptions {
+        channels: Some(std::sync::Arc::new(|_: &_| {})),
+        ..options()
+    };
+    assert!(run("frontend", Side::Client, observed));
+    // metrics counts responses.
+    assert!(run("echo", Side::Server, options()));
+}
