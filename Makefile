@@ -111,7 +111,7 @@ go-test: go-gen
 go-bench: go-gen
 	$(CARGO) build --release -p weft-runtime --lib
 	@mkdir -p target
-	cd bindings/go && $(GO) test -run '^$$' -bench 'BenchmarkEcho|BenchmarkInterceptor' \
+	cd bindings/go && $(GO) test -run '^$$' -bench 'BenchmarkEcho|BenchmarkInterceptor|BenchmarkServerInterceptor' \
 		-benchtime 2s -count 3 . | tee ../../target/go-bench.txt
 	./scripts/go-bench-summary.sh target/go-bench.txt
 

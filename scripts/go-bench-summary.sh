@@ -3,7 +3,7 @@
 # what the hand-written interceptors and Weft add over no interceptors.
 set -euo pipefail
 awk '
-/^Benchmark(Echo|Interceptor)\// {
+/^Benchmark(Echo|Interceptor|ServerInterceptor)\// {
     name = $1; sub(/-[0-9]+$/, "", name)
     for (i = 2; i <= NF; i++) {
         if ($(i+1) == "ns/op") ns[name, ++n[name]] = $i
@@ -19,13 +19,14 @@ function median(name, arr,   k, j, t, c, v) {
     return (c % 2) ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
 }
 END {
-    split("Echo Interceptor", groups, " ")
-    for (g = 1; g <= 2; g++) {
+    ng = split("Echo Interceptor ServerInterceptor", groups, " ")
+    for (g = 1; g <= ng; g++) {
+        delete m; delete mc
         base = "Benchmark" groups[g] "/none"
         if (!(base in n)) continue
         b = median(base, "ns"); bc = median(base, "cpu")
         printf "%-28s %10s %10s %10s %12s %14s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op", "cpu-ns/op", "added cpu-ns"
-        nv = split("none handwritten handwritten-noencode weft", vs, " ")
+        nv = split("none handwritten handwritten-noencode weft-client weft-server weft", vs, " ")
         for (k = 1; k <= nv; k++) {
             name = "Benchmark" groups[g] "/" vs[k]
             if (!(name in n)) continue
@@ -34,13 +35,14 @@ END {
             if (mc[vs[k]] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]], mc[vs[k]] - bc
             else printf "%-28s %10.0f %10s %10s %12.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
         }
+        if (!("weft" in m) || !("handwritten" in m)) { print ""; continue }
         hw = m["handwritten"] - b; wf = m["weft"] - b
         if (hw != 0) printf "%s latency: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
-        hn = m["handwritten-noencode"] - b
+        hn = ("handwritten-noencode" in m) ? m["handwritten-noencode"] - b : 0
         if (hn != 0) printf "%s latency: against hand-written without log encoding (%.2f us): ratio %.2f\n", groups[g], hn / 1000, wf / hn
         hw = mc["handwritten"] - bc; wf = mc["weft"] - bc
         if (mc["weft"] != "" && hw != 0) printf "%s CPU: Weft adds %.2f us, hand-written %.2f us; ratio %.2f\n", groups[g], wf / 1000, hw / 1000, wf / hw
-        hn = mc["handwritten-noencode"] - bc
+        hn = ("handwritten-noencode" in mc) ? mc["handwritten-noencode"] - bc : 0
         if (mc["weft"] != "" && hn != 0) printf "%s CPU: against hand-written without log encoding (%.2f us): ratio %.2f\n", groups[g], hn / 1000, wf / hn
         print ""
     }

@@ -52,6 +52,14 @@ static int32_t go_weft_response(WeftRuntime *rt, int32_t side, WeftCall *c, char
 	return go_weft_finish(rt, c, weft_response(rt, side, c), err, errcap);
 }
 
+// The keys come back in a malloc'd buffer (the caller frees it), grown here when too small.
+static int32_t go_weft_metadata_keys(WeftRuntime *rt, int32_t side, const uint8_t *method, size_t method_len,
+                                     WeftBuf *out, uint64_t *version) {
+	int32_t rc = weft_metadata_keys(rt, side, method, method_len, out, version);
+	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_metadata_keys(rt, side, method, method_len, out, version);
+	return rc;
+}
+
 static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char *base, const char *service,
                                  char *err, size_t errcap) {
 	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service) : weft_open(path, service);
@@ -68,6 +76,7 @@ static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *bas
 import "C"
 
 import (
+	"encoding/binary"
 	"runtime"
 	"unsafe"
 
@@ -88,6 +97,7 @@ const (
 	rcNoEdge   = C.WEFT_E_NO_EDGE
 	rcBuffer   = C.WEFT_E_BUFFER
 	rcPanic    = C.WEFT_E_PANIC
+	rcMetadata = C.WEFT_E_METADATA
 )
 
 // Diagnostics for a broken element can be long (source line, caret, hint, several errors);
@@ -177,6 +187,10 @@ type callState struct {
 	// pooled state so passing them to grpc-go does not allocate.
 	out rawMessage
 	raw rawMessage
+
+	// keysVersion: the metadata in md holds only the keys this version's chain observes
+	// (WeftCall.metadata_keys_version); 0 when it is complete.
+	keysVersion uint64
 }
 
 func newCallState() *callState {
@@ -241,6 +255,7 @@ func (s *callState) request(h *C.WeftRuntime, side C.int32_t, method cstr) C.int
 	s.c.rpc = 0
 	s.c.status_code = 0
 	s.c.status_message_len = 0
+	s.c.metadata_keys_version = C.uint64_t(s.keysVersion)
 	return C.go_weft_request(h, side, s.c, s.err, errCap)
 }
 
@@ -261,6 +276,30 @@ func (s *callState) response(h *C.WeftRuntime, side C.int32_t, method cstr, rpc 
 		s.c.status_message_len = 0
 	}
 	return C.go_weft_response(h, side, s.c, s.err, errCap)
+}
+
+// metadataKeys asks the library which request metadata keys the chain observes for a method
+// in the current version; ok is false on any failure (the caller then passes everything).
+func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool) {
+	var out C.WeftBuf
+	var version C.uint64_t
+	initOut(&out, 256)
+	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
+	if C.go_weft_metadata_keys(h, side, (*C.uint8_t)(method.p), C.size_t(method.n), &out, &version) != rcOK {
+		return nil, false
+	}
+	ks := &keySet{version: uint64(version)}
+	b := outBytes(&out)
+	for len(b) >= 4 {
+		n := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if n > len(b) {
+			return nil, false
+		}
+		ks.keys = append(ks.keys, string(b[:n]))
+		b = b[n:]
+	}
+	return ks, true
 }
 
 func abandon(h *C.WeftRuntime, rpc uint64) {

@@ -87,8 +87,7 @@ func loggingInterceptor(log *slog.Logger) grpc.UnaryClientInterceptor {
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
 
-// droppingHandler takes every record and encodes none: what Weft's logging costs through the
-// C ABI today, where channel records are built and then dropped for want of a consumer.
+// droppingHandler takes every record and encodes none: logging whose records go nowhere.
 type droppingHandler struct{}
 
 func (droppingHandler) Enabled(context.Context, slog.Level) bool  { return true }

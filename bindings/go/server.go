@@ -47,14 +47,24 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	} else {
 		buf.Free()
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		s.encodeMD(md)
+	mi := r.methodInfo(info.FullMethod)
+	m := mi.c
+	if ks := r.serverKeys(mi, false); ks != nil && ks.version != 0 {
+		// Only the keys the chain observes: copying all of the request's metadata out of
+		// the context (FromIncomingContext) and encoding it was a sixth of this
+		// interceptor's time (BenchmarkServerInterceptor).
+		s.encodeKeys(ctx, ks)
 	} else {
-		s.md.len = 0
+		s.encodeIncoming(ctx)
 	}
-	m := r.method(info.FullMethod)
-
 	rc := r.runRequest(s, sideServer, m)
+	if rc == rcMetadata {
+		// The request runs in another version than the one the keys came from (a reload,
+		// or a stamp naming an older version): pass everything, and learn the new keys.
+		r.serverKeys(mi, true)
+		s.encodeIncoming(ctx)
+		rc = r.runRequest(s, sideServer, m)
+	}
 	if rc == rcNoEdge {
 		if in.err != nil {
 			return nil, badRequest(info.FullMethod, in.err)
@@ -82,7 +92,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		}
 	}
 	if s.metadataChanged() {
-		ctx = metadata.NewIncomingContext(ctx, s.decodeMD(s.outMetadata()))
+		ctx = metadata.NewIncomingContext(ctx, s.incomingAfter(ctx))
 	}
 
 	resp, err := handler(ctx, req)
@@ -140,6 +150,46 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	out.Free()
 	return resp, nil
+}
+
+// encodeIncoming passes the request's complete metadata.
+func (s *callState) encodeIncoming(ctx context.Context) {
+	s.keysVersion = 0
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		s.encodeMD(md)
+	} else {
+		s.md.len = 0
+	}
+}
+
+// encodeKeys passes only the keys of ks, read one by one from the context.
+func (s *callState) encodeKeys(ctx context.Context, ks *keySet) {
+	s.keysVersion = ks.version
+	s.md.len = 0
+	for _, k := range ks.keys {
+		for _, v := range metadata.ValueFromIncomingContext(ctx, k) {
+			s.md.appendPair(k, v)
+		}
+	}
+}
+
+// incomingAfter is the request metadata the handler sees after the chain rewrote it. With
+// only some keys passed, the chain returned those keys (and any it added): they replace the
+// request's own values of the same keys, and every other key stays as it came (elements
+// cannot remove metadata).
+func (s *callState) incomingAfter(ctx context.Context) metadata.MD {
+	out := s.decodeMD(s.outMetadata())
+	if s.keysVersion == 0 {
+		return out
+	}
+	md, _ := metadata.FromIncomingContext(ctx) // a copy: out is shared and never modified
+	if md == nil {
+		md = metadata.MD{}
+	}
+	for k, v := range out {
+		md[k] = v
+	}
+	return md
 }
 
 // serverReply turns bytes from the chain (in C memory) into what the handler returns: the

@@ -39,8 +39,22 @@ type Runtime struct {
 	path    string
 	service string
 
-	methods atomic.Pointer[map[string]cstr]
+	methods atomic.Pointer[map[string]*methodInfo]
 	methMu  sync.Mutex
+}
+
+// methodInfo is what the binding keeps per method name.
+type methodInfo struct {
+	c cstr
+	// serverKeys: the request metadata keys the server-side chain observes, fetched once
+	// per version (nil until the first call).
+	serverKeys atomic.Pointer[keySet]
+}
+
+// keySet is weft_metadata_keys' answer: version 0 means the chain observes every key.
+type keySet struct {
+	version uint64
+	keys    []string
 }
 
 // ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than
@@ -81,7 +95,7 @@ func OpenYAML(yaml, baseDir, service string) (*Runtime, error) {
 
 func newRuntime(h *C.WeftRuntime, path, service string) *Runtime {
 	r := &Runtime{h: h, path: path, service: service}
-	empty := map[string]cstr{}
+	empty := map[string]*methodInfo{}
 	r.methods.Store(&empty)
 	return r
 }
@@ -148,24 +162,47 @@ func (r *Runtime) Close() error {
 }
 
 // method returns the C copy of a method name, making it on first use.
-func (r *Runtime) method(name string) cstr {
-	if c, ok := (*r.methods.Load())[name]; ok {
-		return c
+func (r *Runtime) method(name string) cstr { return r.methodInfo(name).c }
+
+func (r *Runtime) methodInfo(name string) *methodInfo {
+	if m, ok := (*r.methods.Load())[name]; ok {
+		return m
 	}
 	r.methMu.Lock()
 	defer r.methMu.Unlock()
 	old := *r.methods.Load()
-	if c, ok := old[name]; ok {
-		return c
+	if m, ok := old[name]; ok {
+		return m
 	}
-	next := make(map[string]cstr, len(old)+1)
+	next := make(map[string]*methodInfo, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	c := newCstr(name)
-	next[name] = c
+	m := &methodInfo{c: newCstr(name)}
+	next[name] = m
 	r.methods.Store(&next)
-	return c
+	return m
+}
+
+// serverKeys is the key set the server side of the method observes, as last fetched; refresh
+// fetches it again (the version changed). nil when the runtime is closed.
+func (r *Runtime) serverKeys(m *methodInfo, refresh bool) *keySet {
+	if ks := m.serverKeys.Load(); ks != nil && !refresh {
+		return ks
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return nil
+	}
+	ks, ok := metadataKeys(r.h, sideServer, m.c)
+	if !ok {
+		// No edge for the method, or an error: the complete metadata is always right, and
+		// asking again on every call would cost a library call each.
+		ks = &keySet{}
+	}
+	m.serverKeys.Store(ks)
+	return ks
 }
 
 var callPool = sync.Pool{New: func() any { return newCallState() }}
@@ -183,6 +220,7 @@ func putCall(s *callState) {
 	if len(s.lastMDBytes) > 4096 { // do not pin one huge rewrite in the pool
 		s.lastMD, s.lastMDBytes = nil, nil
 	}
+	s.keysVersion = 0
 	callPool.Put(s)
 }
 

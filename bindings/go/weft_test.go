@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
@@ -528,4 +529,75 @@ func TestExampleConfigLoads(t *testing.T) {
 		}
 		_ = rt.Close()
 	}
+}
+
+// tenantGate reads one request header and writes another: the server passes the library only
+// the keys the chain observes, and the handler must still see every other key.
+const tenantGate = `state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    if get_rpc_header(rpc, 'x-tenant') == 'blocked':
+        send(err('tenant blocked', PERMISSION_DENIED), Up)
+    else:
+        set_rpc_header(rpc, 'x-gate', 'passed')
+        send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+`
+
+func TestServerSeesOnlyObservedKeysAndHandlerSeesAll(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "gate.weft"), []byte(tenantGate), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(server string) string {
+		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n" + server
+	}
+	gate := cfg("      - gate\n")
+	srt := open(t, gate, "echo")
+	crt := open(t, gate, "frontend")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	c := dial(t, addr, crt.DialOptions()...)
+	call := func(tenant string) error {
+		md := metadata.Pairs("x-tenant", tenant, "x-other", "kept", "x-bin-bin", "\xff\x00")
+		_, err := c.Say(metadata.NewOutgoingContext(ctx(t), md), &echopb.SayRequest{User: "alice", Body: "hi"})
+		return err
+	}
+	check := func(wantGate string) {
+		t.Helper()
+		if err := call("acme"); err != nil {
+			t.Fatal(err)
+		}
+		_, md := srv.lastRequest()
+		for k, want := range map[string]string{"x-tenant": "acme", "x-other": "kept", "x-bin-bin": "\xff\x00", "x-gate": wantGate} {
+			got := md.Get(k)
+			if (want == "" && len(got) != 0) || (want != "" && (len(got) != 1 || got[0] != want)) {
+				t.Fatalf("handler saw %s = %q, want %q (all: %v)", k, got, want, md)
+			}
+		}
+		if len(md.Get("weft-version")) != 1 || len(md.Get("user-agent")) == 0 {
+			t.Fatalf("handler lost grpc-go's or Weft's metadata: %v", md)
+		}
+	}
+	check("passed")
+	wantCode(t, call("blocked"), codes.PermissionDenied, "tenant blocked")
+
+	// A server-only reload changes what the chain observes; the client still stamps the old
+	// version, which the server no longer has, so requests run the new one and the binding
+	// learns its keys.
+	if err := srt.ReloadYAML(cfg("      - metrics\n"), echoDir); err != nil {
+		t.Fatal(err)
+	}
+	check("")
+	if err := srt.ReloadYAML(gate, echoDir); err != nil {
+		t.Fatal(err)
+	}
+	check("passed")
+	wantCode(t, call("blocked"), codes.PermissionDenied, "tenant blocked")
 }

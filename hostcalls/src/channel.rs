@@ -27,6 +27,12 @@ pub struct ChannelRecord {
 /// Where emitted records go.
 pub trait ChannelSink {
     fn emit(&mut self, record: ChannelRecord);
+
+    /// False when every record would be dropped: emitters then skip building them (the
+    /// names, the clock read, the value).
+    fn enabled(&self) -> bool {
+        true
+    }
 }
 
 /// Collects records in emit order, for tests and the simulator's reports.
@@ -39,6 +45,10 @@ impl ChannelSink for Vec<ChannelRecord> {
 impl<S: ChannelSink + ?Sized> ChannelSink for &mut S {
     fn emit(&mut self, record: ChannelRecord) {
         (**self).emit(record);
+    }
+
+    fn enabled(&self) -> bool {
+        (**self).enabled()
     }
 }
 

@@ -479,6 +479,9 @@ impl<'a, 'h> Frame<'a, 'h> {
             }
             SendKind::Channel { channel, value } => {
                 let v = self.expr(value)?;
+                if !self.host.channels.enabled() {
+                    return Ok(Flow::Normal);
+                }
                 let name = self.element.record_channel(*channel);
                 let name = name.ok_or_else(|| RuntimeError::Type(format!("channel {channel}")))?;
                 self.host.channels.emit(ChannelRecord {

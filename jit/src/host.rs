@@ -939,6 +939,9 @@ extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
 
 extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
     guard(f, (), |f| {
+        if !f.host.channels.enabled() {
+            return Ok(());
+        }
         let v = f.take_clone(value)?;
         emit(f, elem, chan, v)
     })
@@ -1052,6 +1055,9 @@ extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
 
 /// A channel record with the element's interned names.
 fn emit(f: &mut Frame<'_, '_, '_>, elem: i64, chan: u64, v: Value) -> Result<(), RuntimeError> {
+    if !f.host.channels.enabled() {
+        return Ok(());
+    }
     let e = f.element(elem)?;
     let channel = usize::try_from(chan)
         .ok()

@@ -37,6 +37,10 @@
 // A bug, caught at the boundary: fail the RPC with INTERNAL.
 #define WEFT_E_PANIC 5
 
+// `metadata_keys_version` names another version than the one this request runs in: call
+// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
+#define WEFT_E_METADATA 6
+
 // An engine plus the handles of RPCs between request and response. Opaque to C.
 typedef struct WeftRuntime WeftRuntime;
 
@@ -64,6 +68,11 @@ typedef struct WeftCall {
   int32_t status_code;
   const uint8_t *status_message;
   size_t status_message_len;
+  // `weft_request` only. 0: `metadata` is complete. Otherwise the version
+  // `weft_metadata_keys` returned, and `metadata` holds (at least) the keys it listed:
+  // the only ones the chain observes, so the others need not be passed. Out metadata then
+  // holds those keys (and any the chain added), to lay over the request's own.
+  uint64_t metadata_keys_version;
   // `WEFT_VERDICT_*`.
   int32_t verdict;
   // gRPC status code for `WEFT_VERDICT_REJECT`.
@@ -134,6 +143,22 @@ int32_t weft_call_output(struct WeftRuntime *rt, struct WeftCall *call);
 // # Safety
 // `rt` is NULL or a live runtime.
 void weft_rpc_abandon(struct WeftRuntime *rt, uint64_t rpc);
+
+// The metadata keys the current version's chain observes for `method` on `side`, for
+// callers that would rather not pass all of it: `out` gets them as repeated
+// `{u32 LE key_len, key}`, `*version` the version they belong to (0 when the chain observes
+// every key: pass the complete metadata). Pass that version as the `WeftCall`'s
+// `metadata_keys_version`. `WEFT_E_BUFFER` sets `out.len` to the size needed.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
+// `version` are NULL or valid, `out`'s buffer writable for its `cap`.
+int32_t weft_metadata_keys(const struct WeftRuntime *rt,
+                           int32_t side,
+                           const uint8_t *method,
+                           size_t method_len,
+                           struct WeftBuf *out,
+                           uint64_t *version);
 
 // The active config version's local install number (1, 2, …); 0 for NULL.
 //

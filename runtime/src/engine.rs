@@ -21,7 +21,7 @@ use weft_jit::exec::SharedVerdict;
 
 use crate::error::EngineError;
 use crate::version::{
-    Channels, ConfigSource, EngineOptions, Version, VersionCounters, build, side_name,
+    Channels, ConfigSource, EngineOptions, MethodRoute, Version, VersionCounters, build, side_name,
 };
 use crate::watch::Watcher;
 
@@ -37,6 +37,35 @@ thread_local! {
     // Compiled code's scratch arenas, reused by every call on this thread: a call allocates
     // only what its values need, and threads never share (or wait for) them.
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+    // The `RpcInfo` compiled code reads, kept per thread: a call sets the id and the route
+    // instead of cloning the template's three strings (and freeing them again).
+    static INFO: RefCell<Option<RpcInfo>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with the RPC's info: `template` with this id and route.
+fn with_info<R>(
+    template: &RpcInfo,
+    id: u64,
+    routed: Option<&str>,
+    f: impl FnOnce(&RpcInfo) -> R,
+) -> R {
+    INFO.with_borrow_mut(|slot| {
+        let info = match slot {
+            Some(i)
+                if i.method == template.method
+                    && i.src == template.src
+                    && i.service == template.service =>
+            {
+                i
+            }
+            _ => slot.insert(template.clone()),
+        };
+        info.id = id;
+        if info.routed.as_deref() != routed {
+            info.routed = routed.map(str::to_owned);
+        }
+        f(info)
+    })
 }
 
 /// A message that continues on its way.
@@ -99,7 +128,9 @@ pub struct Rpc {
     version: Arc<Version>,
     segment: usize,
     method: usize,
-    info: RpcInfo,
+    id: u64,
+    /// The replica the request was routed to, for `dst()` in response handlers.
+    routed: Option<String>,
     /// Elements of the segment that forwarded the request; their `resp` handlers run.
     forwarded: usize,
     finished: bool,
@@ -107,6 +138,33 @@ pub struct Rpc {
 
 impl Rpc {
     /// The local install number of the version this RPC runs in.
+    pub fn version(&self) -> u64 {
+        self.version.number
+    }
+
+    /// The response metadata keys elements can observe ([`Prepared::header_keys`]).
+    pub fn header_keys(&self) -> Option<&[String]> {
+        self.version.segments[self.segment].header_keys[self.method].as_deref()
+    }
+}
+
+/// A request's version and segment, chosen before its metadata is decoded.
+pub struct Prepared {
+    version: Arc<Version>,
+    route: MethodRoute,
+    side: Side,
+}
+
+impl Prepared {
+    /// The metadata keys the segment's elements can read or write (with `weft-version` and
+    /// `dst`, which the engine reads); `None` when they may observe all of it. Keys left out
+    /// of the metadata given to [`Engine::run_request`] are neither seen nor changed by the
+    /// chain, so a caller may keep them aside and pass them on as they were.
+    pub fn header_keys(&self) -> Option<&[String]> {
+        self.version.segments[self.route.segment].header_keys[self.route.method].as_deref()
+    }
+
+    /// The local install number of the version the request will run in.
     pub fn version(&self) -> u64 {
         self.version.number
     }
@@ -119,7 +177,7 @@ impl Drop for Rpc {
         }
         let seg = &self.version.segments[self.segment];
         for inst in seg.instances().iter_mut().take(self.forwarded) {
-            inst.scratch_end(self.info.id);
+            inst.scratch_end(self.id);
         }
     }
 }
@@ -298,9 +356,24 @@ impl Engine {
         metadata: Metadata,
         message: Vec<u8>,
     ) -> Result<RequestOutcome, EngineError> {
-        let version = self
-            .inner
-            .version_for(metadata.get(VERSION_HEADER).map(String::as_str));
+        let prepared = self.prepare(
+            side,
+            method,
+            metadata.get(VERSION_HEADER).map(String::as_str),
+        )?;
+        self.run_request(prepared, metadata, message)
+    }
+
+    /// The first half of [`Engine::process_request`]: chooses the version (by the request's
+    /// `weft-version` stamp) and the segment, so a caller can decode only the metadata keys
+    /// that segment's elements observe ([`Prepared::header_keys`]).
+    pub fn prepare(
+        &self,
+        side: Side,
+        method: &str,
+        stamp: Option<&str>,
+    ) -> Result<Prepared, EngineError> {
+        let version = self.inner.version_for(stamp);
         let Some(route) = version.route(side, method) else {
             return Err(EngineError::NoEdge {
                 service: self.inner.service.clone(),
@@ -308,6 +381,25 @@ impl Engine {
                 method: method.to_owned(),
             });
         };
+        Ok(Prepared {
+            version,
+            route,
+            side,
+        })
+    }
+
+    /// The second half of [`Engine::process_request`].
+    pub fn run_request(
+        &self,
+        prepared: Prepared,
+        metadata: Metadata,
+        message: Vec<u8>,
+    ) -> Result<RequestOutcome, EngineError> {
+        let Prepared {
+            version,
+            route,
+            side,
+        } = prepared;
         let mut msg = Message::request(message);
         msg.headers = metadata;
         let mut stamped = false;
@@ -327,8 +419,8 @@ impl Engine {
                 version: version.number,
             });
         };
-        let mut info = seg.rpc_template[route.method].clone();
-        info.id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
+        let template = &seg.rpc_template[route.method];
+        let id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
         let mut channels = Channels(self.inner.options.channels.as_ref());
         let mut host = Host {
             clock: &*self.inner.options.clock,
@@ -336,11 +428,24 @@ impl Engine {
         };
         let mut instances_guard = seg.instances();
         let mut instances: Vec<&mut Instance> = instances_guard.iter_mut().collect();
-        let out = BUFFERS.with_borrow_mut(|bufs| {
-            compiled.request_shared(bufs, &mut instances, Arc::clone(&input), &info, &mut host)
+        let out = with_info(template, id, None, |info| {
+            BUFFERS.with_borrow_mut(|bufs| {
+                compiled.request_shared(bufs, &mut instances, Arc::clone(&input), info, &mut host)
+            })
         });
-        info.routed = out.routed.clone();
         let early = match out.verdict {
+            SharedVerdict::Forward(m) if seg.response_inert[route.method] => {
+                // No response handler can have an effect: end the RPC's scratch now and
+                // spare the caller the response call.
+                for inst in instances.iter_mut() {
+                    inst.scratch_end(id);
+                }
+                return Ok(RequestOutcome {
+                    verdict: forward_verdict(&input, m, stamped),
+                    rpc: None,
+                    version: version.number,
+                });
+            }
             SharedVerdict::Forward(m) => {
                 drop(instances);
                 drop(instances_guard);
@@ -352,7 +457,8 @@ impl Engine {
                         version,
                         segment: route.segment,
                         method: route.method,
-                        info,
+                        id,
+                        routed: out.routed,
                         forwarded,
                         finished: false,
                     }),
@@ -365,15 +471,17 @@ impl Engine {
         // A rejection or local reply travels up through the response handlers of the
         // elements before the one that decided (LANGUAGE.md §6), here and now.
         let answer = if out.decided > 0 {
-            BUFFERS.with_borrow_mut(|bufs| {
-                compiled.response_shared(
-                    bufs,
-                    &mut instances,
-                    out.decided - 1,
-                    early,
-                    &info,
-                    &mut host,
-                )
+            with_info(template, id, out.routed.as_deref(), |info| {
+                BUFFERS.with_borrow_mut(|bufs| {
+                    compiled.response_shared(
+                        bufs,
+                        &mut instances,
+                        out.decided - 1,
+                        early,
+                        info,
+                        &mut host,
+                    )
+                })
             })
         } else {
             early
@@ -428,15 +536,18 @@ impl Engine {
                 };
                 let mut guard = seg.instances();
                 let mut instances: Vec<&mut Instance> = guard.iter_mut().collect();
-                BUFFERS.with_borrow_mut(|bufs| {
-                    compiled.response_shared(
-                        bufs,
-                        &mut instances,
-                        n - 1,
-                        Arc::clone(&input),
-                        &rpc.info,
-                        &mut host,
-                    )
+                let template = &seg.rpc_template[rpc.method];
+                with_info(template, rpc.id, rpc.routed.as_deref(), |info| {
+                    BUFFERS.with_borrow_mut(|bufs| {
+                        compiled.response_shared(
+                            bufs,
+                            &mut instances,
+                            n - 1,
+                            Arc::clone(&input),
+                            info,
+                            &mut host,
+                        )
+                    })
                 })
             }
             _ => Arc::clone(&input),

@@ -13,6 +13,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -20,9 +21,9 @@ use std::sync::{Mutex, PoisonError};
 use weft_hostcalls::Code;
 
 use crate::Side;
-use crate::engine::{Engine, Metadata, Rpc, ServerResponse, Verdict};
+use crate::engine::{Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
 use crate::error::EngineError;
-use crate::metadata::{self, Decoded};
+use crate::metadata::{self, Decoded, Keys};
 use crate::version::EngineOptions;
 
 pub const WEFT_SIDE_CLIENT: i32 = 0;
@@ -47,6 +48,9 @@ pub const WEFT_E_NO_EDGE: i32 = 3;
 pub const WEFT_E_BUFFER: i32 = 4;
 /// A bug, caught at the boundary: fail the RPC with INTERNAL.
 pub const WEFT_E_PANIC: i32 = 5;
+/// `metadata_keys_version` names another version than the one this request runs in: call
+/// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
+pub const WEFT_E_METADATA: i32 = 6;
 
 /// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`.
 #[repr(C)]
@@ -74,6 +78,11 @@ pub struct WeftCall {
     pub status_code: i32,
     pub status_message: *const u8,
     pub status_message_len: usize,
+    /// `weft_request` only. 0: `metadata` is complete. Otherwise the version
+    /// `weft_metadata_keys` returned, and `metadata` holds (at least) the keys it listed:
+    /// the only ones the chain observes, so the others need not be passed. Out metadata then
+    /// holds those keys (and any the chain added), to lay over the request's own.
+    pub metadata_keys_version: u64,
     /// `WEFT_VERDICT_*`.
     pub verdict: i32,
     /// gRPC status code for `WEFT_VERDICT_REJECT`.
@@ -99,8 +108,31 @@ pub struct WeftRuntime {
 
 /// Sharded so RPCs on different threads seldom meet on one lock.
 struct RpcTable {
-    shards: Vec<Mutex<HashMap<u64, Rpc>>>,
+    shards: Vec<Mutex<HashMap<u64, Rpc, BuildHasherDefault<HandleHasher>>>>,
     next: AtomicU64,
+}
+
+/// Hashes rpc handles. They are a counter the runtime picks itself, so SipHash's resistance
+/// to chosen keys buys nothing, and it was a few percent of a call; one multiplication, with
+/// the high half folded down because a shard's handles share their low six bits.
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = x ^ (x >> 32);
+    }
 }
 
 const RPC_SHARDS: usize = 64;
@@ -109,13 +141,16 @@ impl RpcTable {
     fn new() -> RpcTable {
         RpcTable {
             shards: (0..RPC_SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
+                .map(|_| Mutex::new(HashMap::default()))
                 .collect(),
             next: AtomicU64::new(1),
         }
     }
 
-    fn shard(&self, handle: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Rpc>> {
+    fn shard(
+        &self,
+        handle: u64,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, Rpc, BuildHasherDefault<HandleHasher>>> {
         self.shards[(handle % RPC_SHARDS as u64) as usize]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -381,10 +416,11 @@ pub unsafe extern "C" fn weft_reload_yaml(
     })
 }
 
-/// The inputs every call has.
+/// The inputs every call has; the metadata still encoded, to be decoded once the engine
+/// knows which keys the chain observes.
 struct CallInput<'a> {
     method: &'a str,
-    metadata: Decoded,
+    metadata: &'a [u8],
     message: &'a [u8],
 }
 
@@ -392,7 +428,7 @@ struct CallInput<'a> {
 /// The pointers in `call` satisfy the `WeftCall` contract (readable for their lengths).
 unsafe fn read_input<'a>(call: &WeftCall) -> Result<CallInput<'a>, FfiError> {
     // SAFETY: the caller guarantees each (pointer, length) pair is readable for the call.
-    let (method, meta, message) = unsafe {
+    let (method, metadata, message) = unsafe {
         (
             bytes(call.method, call.method_len, "method")?,
             bytes(call.metadata, call.metadata_len, "metadata")?,
@@ -401,12 +437,16 @@ unsafe fn read_input<'a>(call: &WeftCall) -> Result<CallInput<'a>, FfiError> {
     };
     let method = std::str::from_utf8(method)
         .map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
-    let metadata = metadata::decode(meta).map_err(FfiError::argument)?;
     Ok(CallInput {
         method,
         metadata,
         message,
     })
+}
+
+fn decode_metadata<'a>(bytes: &'a [u8], keys: Option<&[String]>) -> Result<Decoded<'a>, FfiError> {
+    let keys = keys.map_or(Keys::All, Keys::Only);
+    metadata::decode(bytes, keys).map_err(FfiError::argument)
 }
 
 /// Runs the request path. See the contract for the verdicts and `rpc`.
@@ -423,16 +463,26 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         let side = side_of(side)?;
         // SAFETY: the call's input pointers are readable (this function's contract).
         let input = unsafe { read_input(call)? };
-        let out = rt.engine.process_request(
-            side,
-            input.method,
-            input.metadata.visible,
-            input.message.to_vec(),
-        )?;
+        let stamp = metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
+        let prepared = rt.engine.prepare(side, input.method, stamp)?;
+        if call.metadata_keys_version != 0 && call.metadata_keys_version != prepared.version() {
+            return Err(FfiError {
+                code: WEFT_E_METADATA,
+                message: format!(
+                    "the metadata holds the keys version {} observes, but this request runs in version {}: pass the complete metadata",
+                    call.metadata_keys_version,
+                    prepared.version()
+                ),
+            });
+        }
+        let metadata = decode_metadata(input.metadata, prepared.header_keys())?;
+        let out = rt
+            .engine
+            .run_request(prepared, metadata.visible, input.message.to_vec())?;
         if let Some(rpc) = out.rpc {
             call.rpc = rt.rpcs.insert(rpc);
         }
-        write_verdict(rt, call, &out.verdict, &input.metadata.passthrough)
+        write_verdict(rt, call, &out.verdict, &metadata.passthrough)
     })
 }
 
@@ -460,16 +510,19 @@ pub unsafe extern "C" fn weft_response(
                 "status_message",
             )?
         };
+        // Checked before the handle is taken, so a bad encoding leaves the RPC answerable.
+        metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
         let Some(rpc) = rt.rpcs.take(call.rpc) else {
             return Err(FfiError::argument(format!(
                 "unknown rpc handle {} (0, already answered, abandoned, or from another runtime)",
                 call.rpc
             )));
         };
+        let metadata = decode_metadata(input.metadata, rpc.header_keys())?;
         let response = match call.status_code {
             0 => ServerResponse::Ok {
                 message: input.message.to_vec(),
-                metadata: input.metadata.visible,
+                metadata: metadata.visible,
             },
             n => ServerResponse::Error {
                 code: u32::try_from(n)
@@ -477,11 +530,11 @@ pub unsafe extern "C" fn weft_response(
                     .and_then(Code::from_number)
                     .unwrap_or(Code::Unknown),
                 message: String::from_utf8_lossy(status_message).into_owned(),
-                metadata: input.metadata.visible,
+                metadata: metadata.visible,
             },
         };
         let out = rt.engine.process_response(rpc, response)?;
-        write_verdict(rt, call, &out.verdict, &input.metadata.passthrough)
+        write_verdict(rt, call, &out.verdict, &metadata.passthrough)
     })
 }
 
@@ -533,6 +586,57 @@ pub unsafe extern "C" fn weft_rpc_abandon(rt: *mut WeftRuntime, rpc: u64) {
         drop(rt.rpcs.take(rpc));
         Ok(WEFT_OK)
     });
+}
+
+/// The metadata keys the current version's chain observes for `method` on `side`, for
+/// callers that would rather not pass all of it: `out` gets them as repeated
+/// `{u32 LE key_len, key}`, `*version` the version they belong to (0 when the chain observes
+/// every key: pass the complete metadata). Pass that version as the `WeftCall`'s
+/// `metadata_keys_version`. `WEFT_E_BUFFER` sets `out.len` to the size needed.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
+/// `version` are NULL or valid, `out`'s buffer writable for its `cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_metadata_keys(
+    rt: *const WeftRuntime,
+    side: i32,
+    method: *const u8,
+    method_len: usize,
+    out: *mut WeftBuf,
+    version: *mut u64,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime and a readable method name.
+        let (rt, method) = unsafe { (runtime(rt)?, bytes(method, method_len, "method")?) };
+        let method = std::str::from_utf8(method)
+            .map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
+        if out.is_null() || version.is_null() {
+            return Err(FfiError::argument("`out` or `version` is NULL"));
+        }
+        // SAFETY: both non-NULL, valid and exclusively ours for the call (the contract).
+        let (out, version) = unsafe { (&mut *out, &mut *version) };
+        let prepared = rt.engine.prepare(side_of(side)?, method, None)?;
+        let Some(keys) = prepared.header_keys() else {
+            out.len = 0;
+            *version = 0;
+            return Ok(WEFT_OK);
+        };
+        let mut encoded = Vec::with_capacity(keys.iter().map(|k| 4 + k.len()).sum());
+        for k in keys {
+            encoded.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            encoded.extend_from_slice(k.as_bytes());
+        }
+        *version = prepared.version();
+        if !fits(out, Some(&encoded)) {
+            out.len = encoded.len();
+            return Ok(WEFT_E_BUFFER);
+        }
+        // SAFETY: the list fits (checked above); the caller guarantees `out` is writable for
+        // its `cap`.
+        unsafe { copy_out(out, Some(&encoded)) };
+        Ok(WEFT_OK)
+    })
 }
 
 /// The active config version's local install number (1, 2, …); 0 for NULL.
@@ -604,7 +708,7 @@ fn write_verdict(
     rt: &WeftRuntime,
     call: &mut WeftCall,
     verdict: &Verdict,
-    passthrough: &[(String, Vec<u8>)],
+    passthrough: &[metadata::Raw<'_>],
 ) -> Result<i32, FfiError> {
     let (kind, code, message, metadata, route): (
         i32,

@@ -2,38 +2,105 @@
 //!
 //! Elements see metadata as text. A value that is not UTF-8 (gRPC `-bin` metadata) and any
 //! repeated value of a key are kept aside, unseen by elements, and written back unchanged
-//! whenever the chain hands the caller new metadata, so they are never lost.
+//! whenever the chain hands the caller new metadata, so they are never lost. So is every key
+//! the segment's elements can neither read nor write ([`Keys::Only`]): decoding a header
+//! into an owned map costs allocations on every call, and most chains read none.
+
+use std::borrow::Cow;
 
 use crate::engine::Metadata;
 
-/// Metadata split into what elements see and what passes through untouched.
-#[derive(Debug, Default, PartialEq)]
-pub struct Decoded {
-    pub visible: Metadata,
-    pub passthrough: Vec<(String, Vec<u8>)>,
+/// Which keys elements may see: all of them, or only these (lower-case).
+#[derive(Clone, Copy, Debug)]
+pub enum Keys<'a> {
+    All,
+    Only(&'a [String]),
 }
 
-/// Decodes the ABI encoding; keys are made lower-case, as gRPC requires.
-pub fn decode(mut bytes: &[u8]) -> Result<Decoded, String> {
-    let mut out = Decoded::default();
+impl Keys<'_> {
+    fn wants(&self, key: &str) -> bool {
+        match self {
+            Keys::All => true,
+            Keys::Only(keys) => keys.iter().any(|k| k == key),
+        }
+    }
+}
+
+/// Metadata split into what elements see and what passes through untouched. The
+/// pass-through entries borrow the caller's buffer, which outlives the call.
+#[derive(Debug, Default, PartialEq)]
+pub struct Decoded<'a> {
+    pub visible: Metadata,
+    pub passthrough: Vec<Raw<'a>>,
+}
+
+/// One entry as it stands in the buffer, its key validated and lower-cased.
+struct Entry<'a> {
+    key: Cow<'a, str>,
+    value: &'a [u8],
+}
+
+/// Every entry of the encoding, or the first malformed one's description.
+fn entries(mut bytes: &[u8]) -> impl Iterator<Item = Result<Entry<'_>, String>> {
     let mut entry = 0usize;
-    while !bytes.is_empty() {
-        let key = take(&mut bytes).ok_or_else(|| truncated(entry, "key"))?;
-        let value = take(&mut bytes).ok_or_else(|| truncated(entry, "value"))?;
-        if key.is_empty() || !key.is_ascii() {
-            return Err(format!(
-                "metadata entry {entry}: a key must be non-empty ASCII (gRPC metadata keys are), got {:?}",
-                String::from_utf8_lossy(key)
-            ));
+    std::iter::from_fn(move || {
+        if bytes.is_empty() {
+            return None;
         }
-        let key = String::from_utf8_lossy(key).to_ascii_lowercase();
-        match std::str::from_utf8(value) {
-            Ok(v) if !out.visible.contains_key(&key) => {
-                out.visible.insert(key, v.to_owned());
-            }
-            _ => out.passthrough.push((key, value.to_vec())),
-        }
+        let this = entry;
         entry += 1;
+        let Some(key) = take(&mut bytes) else {
+            bytes = &[];
+            return Some(Err(truncated(this, "key")));
+        };
+        let Some(value) = take(&mut bytes) else {
+            bytes = &[];
+            return Some(Err(truncated(this, "value")));
+        };
+        let key = match std::str::from_utf8(key) {
+            Ok(k) if !k.is_empty() && k.is_ascii() => k,
+            _ => {
+                bytes = &[];
+                return Some(Err(format!(
+                    "metadata entry {this}: a key must be non-empty ASCII (gRPC metadata keys are), got {:?}",
+                    String::from_utf8_lossy(key)
+                )));
+            }
+        };
+        let key = if key.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(key.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(key)
+        };
+        Some(Ok(Entry { key, value }))
+    })
+}
+
+/// The value elements would see for `key` (lower-case): its first UTF-8 value. Checks the
+/// whole encoding, as [`decode`] does.
+pub fn find<'a>(bytes: &'a [u8], key: &str) -> Result<Option<&'a str>, String> {
+    let mut found = None;
+    for e in entries(bytes) {
+        let e = e?;
+        if found.is_none() && e.key == key {
+            found = std::str::from_utf8(e.value).ok();
+        }
+    }
+    Ok(found)
+}
+
+/// Decodes the ABI encoding; keys are made lower-case, as gRPC requires. Keys that `keys`
+/// leaves out pass through.
+pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String> {
+    let mut out = Decoded::default();
+    for e in entries(bytes) {
+        let Entry { key, value } = e?;
+        match std::str::from_utf8(value) {
+            Ok(v) if keys.wants(&key) && !out.visible.contains_key(key.as_ref()) => {
+                out.visible.insert(key.into_owned(), v.to_owned());
+            }
+            _ => out.passthrough.push((key, Cow::Borrowed(value))),
+        }
     }
     Ok(out)
 }
@@ -55,8 +122,11 @@ fn take<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(item)
 }
 
+/// A pass-through entry: a key and its raw value.
+pub type Raw<'a> = (Cow<'a, str>, Cow<'a, [u8]>);
+
 /// The encoded size of `visible` followed by `passthrough`.
-pub fn encoded_len(visible: &Metadata, passthrough: &[(String, Vec<u8>)]) -> usize {
+pub fn encoded_len(visible: &Metadata, passthrough: &[Raw<'_>]) -> usize {
     let entry = |k: usize, v: usize| 8 + k + v;
     visible
         .iter()
@@ -69,7 +139,7 @@ pub fn encoded_len(visible: &Metadata, passthrough: &[(String, Vec<u8>)]) -> usi
 }
 
 /// Encodes into `out`, which must hold [`encoded_len`] bytes; returns the bytes written.
-pub fn encode_into(visible: &Metadata, passthrough: &[(String, Vec<u8>)], out: &mut [u8]) -> usize {
+pub fn encode_into(visible: &Metadata, passthrough: &[Raw<'_>], out: &mut [u8]) -> usize {
     let mut at = 0;
     let mut put = |b: &[u8]| {
         let len = (b.len() as u32).to_le_bytes();
@@ -89,7 +159,7 @@ pub fn encode_into(visible: &Metadata, passthrough: &[(String, Vec<u8>)], out: &
 }
 
 /// Encodes into a new vector (tests, and outputs kept for `weft_call_output`).
-pub fn encode(visible: &Metadata, passthrough: &[(String, Vec<u8>)]) -> Vec<u8> {
+pub fn encode(visible: &Metadata, passthrough: &[Raw<'_>]) -> Vec<u8> {
     let mut out = vec![0; encoded_len(visible, passthrough)];
     encode_into(visible, passthrough, &mut out);
     out
@@ -99,17 +169,18 @@ pub fn encode(visible: &Metadata, passthrough: &[(String, Vec<u8>)]) -> Vec<u8> 
 mod tests {
     use super::*;
 
+    fn raw(k: &str, v: &[u8]) -> Raw<'static> {
+        (Cow::Owned(k.to_owned()), Cow::Owned(v.to_vec()))
+    }
+
     #[test]
     fn round_trip_keeps_binary_and_repeated_values() {
         let mut visible = Metadata::new();
         visible.insert("user".into(), "alice".into());
-        let pass = vec![
-            ("trace-bin".to_owned(), vec![0xff, 0x00, 0xfe]),
-            ("user".to_owned(), b"bob".to_vec()),
-        ];
+        let pass = vec![raw("trace-bin", &[0xff, 0x00, 0xfe]), raw("user", b"bob")];
         let bytes = encode(&visible, &pass);
         assert_eq!(bytes.len(), encoded_len(&visible, &pass));
-        let d = decode(&bytes).unwrap();
+        let d = decode(&bytes, Keys::All).unwrap();
         assert_eq!(d.visible, visible);
         assert_eq!(d.passthrough, pass);
     }
@@ -118,8 +189,45 @@ mod tests {
     fn keys_are_lower_cased() {
         let mut v = Metadata::new();
         v.insert("X-User".into(), "a".into());
-        let d = decode(&encode(&v, &[])).unwrap();
+        let bytes = encode(&v, &[]);
+        let d = decode(&bytes, Keys::All).unwrap();
         assert_eq!(d.visible.get("x-user").map(String::as_str), Some("a"));
+    }
+
+    #[test]
+    fn keys_left_out_pass_through_and_come_back() {
+        let mut v = Metadata::new();
+        v.insert("user-agent".into(), "grpc-go".into());
+        v.insert("weft-version".into(), "abc".into());
+        v.insert("X-Tenant".into(), "t1".into());
+        let bytes = encode(&v, &[raw("trace-bin", &[0xff])]);
+        let only = ["weft-version".to_owned(), "x-tenant".to_owned()];
+        let d = decode(&bytes, Keys::Only(&only)).unwrap();
+        assert_eq!(
+            d.visible.keys().collect::<Vec<_>>(),
+            ["weft-version", "x-tenant"]
+        );
+        assert_eq!(d.passthrough.len(), 2);
+        let again = encode(&d.visible, &d.passthrough);
+        let all = decode(&again, Keys::All).unwrap();
+        assert_eq!(all.visible.len(), 3);
+        assert_eq!(all.visible["user-agent"], "grpc-go");
+        assert_eq!(all.passthrough, [raw("trace-bin", &[0xff])]);
+    }
+
+    #[test]
+    fn find_sees_what_elements_would() {
+        let bytes = encode(
+            &Metadata::new(),
+            &[
+                raw("Weft-Version", &[0xff]),
+                raw("weft-version", b"v1"),
+                raw("weft-version", b"v2"),
+            ],
+        );
+        assert_eq!(find(&bytes, "weft-version").unwrap(), Some("v1"));
+        assert_eq!(find(&bytes, "dst").unwrap(), None);
+        assert!(find(&bytes[..bytes.len() - 1], "dst").is_err());
     }
 
     #[test]
@@ -128,10 +236,10 @@ mod tests {
         v.insert("a".into(), "b".into());
         let bytes = encode(&v, &[]);
         for cut in 1..bytes.len() {
-            let e = decode(&bytes[..cut]).unwrap_err();
+            let e = decode(&bytes[..cut], Keys::All).unwrap_err();
             assert!(e.contains("entry 0"), "{e}");
         }
-        let bad = encode(&Metadata::new(), &[("é".to_owned(), b"x".to_vec())]);
-        assert!(decode(&bad).unwrap_err().contains("ASCII"));
+        let bad = encode(&Metadata::new(), &[raw("é", b"x")]);
+        assert!(decode(&bad, Keys::All).unwrap_err().contains("ASCII"));
     }
 }

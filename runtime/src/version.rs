@@ -16,6 +16,7 @@ use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::SeededRng;
 use weft_hostcalls::state::SharedState;
+use weft_ir::abstraction::{Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
@@ -23,6 +24,7 @@ use weft_ir::load::{LoadedEdge, element_source, load_edge};
 use weft_ir::sim::{var_specs, write_state};
 use weft_jit::{Compiled, Fusion, block_store, compile};
 
+use crate::engine::{ROUTE_HEADER, VERSION_HEADER};
 use crate::error::EngineError;
 use crate::placement::{in_process_layout, side_elements};
 use crate::watch;
@@ -104,6 +106,13 @@ pub(crate) struct Segment {
     pub compiled: Vec<Option<Arc<Compiled>>>,
     /// By method index: what `rpc_id()`, `method()`, `src()`, `dst()` see, minus the id.
     pub rpc_template: Vec<RpcInfo>,
+    /// By method index: the metadata keys elements can observe ([`header_keys`]); `None`
+    /// when some element sees the message whole.
+    pub header_keys: Vec<Option<Vec<String>>>,
+    /// By method index: no response handler of the segment can have an effect (no write,
+    /// no stop, no reorder, and channel records only when nothing observes them), so a
+    /// forwarded request needs no response call.
+    pub response_inert: Vec<bool>,
 }
 
 impl Segment {
@@ -158,6 +167,10 @@ impl ChannelSink for Channels<'_> {
         if let Some(f) = self.0 {
             f(&record);
         }
+    }
+
+    fn enabled(&self) -> bool {
+        self.0.is_some()
     }
 }
 
@@ -351,7 +364,16 @@ fn build_segment(
     }
     let mut compiled = Vec::with_capacity(loaded.methods.len());
     let mut rpc_template = Vec::with_capacity(loaded.methods.len());
+    let mut keys = Vec::with_capacity(loaded.methods.len());
+    let mut inert = Vec::with_capacity(loaded.methods.len());
     for method in &loaded.methods {
+        keys.push(header_keys(loaded, &positions, &method.full_name));
+        inert.push(response_inert(
+            loaded,
+            &positions,
+            &method.full_name,
+            options.channels.is_none(),
+        ));
         let irs: Vec<_> = positions
             .iter()
             .filter_map(|&k| loaded.elements[k].ir.get(&method.full_name).cloned())
@@ -386,7 +408,84 @@ fn build_segment(
         instances: Mutex::new(instances),
         compiled,
         rpc_template,
+        header_keys: keys,
+        response_inert: inert,
     })
+}
+
+/// Whether no response handler of the segment can do anything observable for one method:
+/// each only passes the response on (and emits records nobody receives when
+/// `channels_unobserved`). Reading time, the route or per-RPC scratch is no effect, and the
+/// scratch is ended when the request's `Rpc` is dropped.
+fn response_inert(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    method: &str,
+    channels_unobserved: bool,
+) -> bool {
+    positions.iter().all(|&k| {
+        let el = &loaded.elements[k];
+        let Some(ir) = el.ir.get(method) else {
+            return true;
+        };
+        let resp = abstract_element(ir, &el.use_).resp;
+        resp.writes.is_empty()
+            && !resp.stops.any()
+            && !resp.reorders
+            && !resp.meta_write
+            && (resp.channels.is_empty() || channels_unobserved)
+    })
+}
+
+/// The metadata keys a segment's elements can read or write for one method, plus the two
+/// the engine reads itself; `None` when an element sees the message whole (forwards it into
+/// state or a channel, hashes it, reads a header by a computed name, replaces it). Only
+/// these keys need decoding for elements: the rest pass through unseen and unchanged, which
+/// they would be anyway. The planner's abstraction is the authority on what a handler
+/// reads; the equivalence checker relies on the same sets.
+pub(crate) fn header_keys(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    method: &str,
+) -> Option<Vec<String>> {
+    fn add_input(keys: &mut Vec<String>, input: &Input) -> Option<()> {
+        match input {
+            Input::Whole => return None,
+            Input::Key(k) => {
+                if let Some(h) = k.strip_prefix("h:")
+                    && !keys.iter().any(|x| x == h)
+                {
+                    keys.push(h.to_owned());
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    }
+    let mut keys = vec![VERSION_HEADER.to_owned(), ROUTE_HEADER.to_owned()];
+    for &k in positions {
+        let el = &loaded.elements[k];
+        let Some(ir) = el.ir.get(method) else {
+            continue;
+        };
+        let abs = abstract_element(ir, &el.use_);
+        for h in [&abs.req, &abs.resp] {
+            for input in &h.reads {
+                add_input(&mut keys, input)?;
+            }
+            for (target, deps) in &h.writes {
+                match target {
+                    Target::AnyHeader | Target::Message => return None,
+                    Target::Key(k) => add_input(&mut keys, &Input::Key(k.clone()))?,
+                    Target::State(_) => {}
+                }
+                for input in deps {
+                    add_input(&mut keys, input)?;
+                }
+            }
+        }
+    }
+    Some(keys)
 }
 
 /// Starts element `k`'s instance as the simulator does: state in the version's stores, its

@@ -410,3 +410,72 @@ fn the_watcher_reloads_changed_files_and_reports_failures() {
     assert!(e.contains("firewall.weft"), "{e}");
     assert_eq!(client.version(), 2);
 }
+
+#[test]
+fn only_the_headers_elements_observe_are_decoded() {
+    let yaml = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+    server:
+      - metrics
+      - prequal_server
+";
+    let keys = |service: &str, side: Side| {
+        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options()).unwrap();
+        let p = e.prepare(side, "/echo.Echo/Say", None).unwrap();
+        p.header_keys().map(<[String]>::to_vec)
+    };
+    // logging sends the whole request to a channel: every header.
+    assert_eq!(keys("frontend", Side::Client), None);
+    // metrics reads none; prequal_server writes its load headers on responses.
+    let server = keys("echo", Side::Server).unwrap();
+    assert_eq!(server[..2], ["weft-version", "dst"]);
+    assert!(
+        server.iter().any(|k| k.starts_with("prequal-")),
+        "{server:?}"
+    );
+}
+
+#[test]
+fn inert_response_paths_need_no_response_call() {
+    // logging's response handler only emits a record; the others pass the response on.
+    let yaml = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+      - firewall: {field: user, deny: [mallory]}
+    server:
+      - metrics
+";
+    let run = |service: &str, side: Side, options: EngineOptions| {
+        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options).unwrap();
+        let out = e
+            .process_request(
+                side,
+                "/echo.Echo/Say",
+                Metadata::new(),
+                two_strings("a", "b"),
+            )
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Forward(_)));
+        out.rpc.is_some()
+    };
+    assert!(!run("frontend", Side::Client, options()));
+    // With an observer the records are wanted: the response call runs logging.
+    let observed = EngineOptions {
+        channels: Some(std::sync::Arc::new(|_: &_| {})),
+        ..options()
+    };
+    assert!(run("frontend", Side::Client, observed));
+    // metrics counts responses.
+    assert!(run("echo", Side::Server, options()));
+}

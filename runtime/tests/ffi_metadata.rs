@@ -1,0 +1,112 @@
+//! The C ABI hands elements only the metadata keys they can observe; every other key must
+//! come back unchanged whenever the chain returns new metadata.
+
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::ffi::CString;
+
+use common::examples;
+use weft_runtime::ffi::{
+    WEFT_OK, WEFT_SIDE_CLIENT, WeftBuf, WeftCall, weft_close, weft_open_yaml, weft_request,
+    weft_rpc_abandon,
+};
+use weft_runtime::metadata::{self, Keys};
+
+fn encode(pairs: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (k, val) in pairs {
+        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        v.extend_from_slice(k.as_bytes());
+        v.extend_from_slice(&(val.len() as u32).to_le_bytes());
+        v.extend_from_slice(val);
+    }
+    v
+}
+
+fn out(buf: &mut Vec<u8>) -> WeftBuf {
+    WeftBuf {
+        ptr: buf.as_mut_ptr(),
+        cap: buf.len(),
+        len: 0,
+    }
+}
+
+#[test]
+fn keys_no_element_observes_survive_the_stamp() {
+    // ratelimit reads no header, so the client side decodes only weft-version and dst.
+    let yaml = CString::new(
+        "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - ratelimit: {capacity: 100.0, rate: 100.0}
+",
+    )
+    .unwrap();
+    let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), c"frontend".as_ptr()) };
+    assert!(!rt.is_null());
+    let md = encode(&[
+        ("X-Tenant", b"t1"),
+        ("trace-bin", &[0xff, 0x00]),
+        ("x-tenant", b"t2"),
+        ("user-agent", b"grpc-go"),
+    ]);
+    let method = b"/echo.Echo/Say";
+    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+    let mut call = WeftCall {
+        method: method.as_ptr(),
+        method_len: method.len(),
+        metadata: md.as_ptr(),
+        metadata_len: md.len(),
+        message: std::ptr::null(),
+        message_len: 0,
+        rpc: 0,
+        status_code: 0,
+        status_message: std::ptr::null(),
+        status_message_len: 0,
+        metadata_keys_version: 0,
+        verdict: 0,
+        code: 0,
+        message_changed: 0,
+        metadata_changed: 0,
+        out_message: out(&mut m),
+        out_metadata: out(&mut meta),
+        route: out(&mut route),
+    };
+    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+    assert_eq!(
+        unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) },
+        WEFT_OK
+    );
+    assert_eq!(call.metadata_changed, 1, "the client side stamps");
+    let back = metadata::decode(&meta[..call.out_metadata.len], Keys::All).unwrap();
+    assert_eq!(back.visible["x-tenant"], "t1");
+    assert_eq!(back.visible["user-agent"], "grpc-go");
+    assert!(back.visible.contains_key("weft-version"));
+    let mut rest: Vec<(String, Vec<u8>)> = back
+        .passthrough
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect();
+    rest.sort();
+    assert_eq!(
+        rest,
+        [
+            ("trace-bin".to_owned(), vec![0xff, 0x00]),
+            ("x-tenant".to_owned(), b"t2".to_vec())
+        ]
+    );
+    // SAFETY: the runtime is live and used by no other thread.
+    unsafe {
+        weft_rpc_abandon(rt, call.rpc);
+        weft_close(rt);
+    }
+}
