@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Seen, eventually, examples, options, round_trip, two_strings};
+use common::{Seen, echo_edge, eventually, examples, options, round_trip, two_strings};
 use weft_hostcalls::Code;
 use weft_runtime::{Engine, EngineOptions, Metadata, Reloaded, ServerResponse, Side, Verdict};
 
@@ -413,20 +413,9 @@ fn the_watcher_reloads_changed_files_and_reports_failures() {
 
 #[test]
 fn only_the_headers_elements_observe_are_decoded() {
-    let yaml = "protos: [echo.proto]
-edges:
-  frontend->echo:
-    from: frontend
-    to: echo
-    method: echo.Echo/Say
-    client:
-      - logging
-    server:
-      - metrics
-      - prequal_server
-";
+    let yaml = echo_edge(&["logging"], &["metrics", "prequal_server"]);
     let keys = |service: &str, side: Side| {
-        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options()).unwrap();
+        let e = Engine::open_yaml(&yaml, examples().join("echo"), service, options()).unwrap();
         let p = e.prepare(side, "/echo.Echo/Say", None).unwrap();
         p.header_keys().map(<[String]>::to_vec)
     };
@@ -444,20 +433,12 @@ edges:
 #[test]
 fn inert_response_paths_need_no_response_call() {
     // logging's response handler only emits a record; the others pass the response on.
-    let yaml = "protos: [echo.proto]
-edges:
-  frontend->echo:
-    from: frontend
-    to: echo
-    method: echo.Echo/Say
-    client:
-      - logging
-      - firewall: {field: user, deny: [mallory]}
-    server:
-      - metrics
-";
+    let yaml = echo_edge(
+        &["logging", "firewall: {field: user, deny: [mallory]}"],
+        &["metrics"],
+    );
     let run = |service: &str, side: Side, options: EngineOptions| {
-        let e = Engine::open_yaml(yaml, examples().join("echo"), service, options).unwrap();
+        let e = Engine::open_yaml(&yaml, examples().join("echo"), service, options).unwrap();
         let out = e
             .process_request(
                 side,

@@ -8,7 +8,7 @@ mod common;
 
 use std::ffi::CString;
 
-use common::examples;
+use common::{echo_edge, examples};
 use weft_runtime::ffi::{
     WEFT_OK, WEFT_SIDE_CLIENT, WeftBuf, WeftCall, weft_close, weft_open_yaml, weft_request,
     weft_rpc_abandon,
@@ -37,17 +37,10 @@ fn out(buf: &mut Vec<u8>) -> WeftBuf {
 #[test]
 fn keys_no_element_observes_survive_the_stamp() {
     // ratelimit reads no header, so the client side decodes only weft-version and dst.
-    let yaml = CString::new(
-        "protos: [echo.proto]
-edges:
-  frontend->echo:
-    from: frontend
-    to: echo
-    method: echo.Echo/Say
-    client:
-      - ratelimit: {capacity: 100.0, rate: 100.0}
-",
-    )
+    let yaml = CString::new(echo_edge(
+        &["ratelimit: {capacity: 100.0, rate: 100.0}"],
+        &[],
+    ))
     .unwrap();
     let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
     // SAFETY: NUL-terminated strings that outlive the call.

@@ -19,6 +19,24 @@ pub fn options() -> EngineOptions {
     }
 }
 
+/// A config of one edge, `frontend->echo` over `echo.Echo/Say` (protos from
+/// `examples/echo`), with `client` and `server` as YAML list items (one per line, each
+/// `- item`); an empty side has no chain.
+pub fn echo_edge(client: &[&str], server: &[&str]) -> String {
+    let side = |name: &str, items: &[&str]| match items {
+        [] => String::new(),
+        items => {
+            let list: String = items.iter().map(|i| format!("      - {i}\n")).collect();
+            format!("    {name}:\n{list}")
+        }
+    };
+    format!(
+        "protos: [echo.proto]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n{}{}",
+        side("client", client),
+        side("server", server)
+    )
+}
+
 /// Two length-delimited string fields 1 and 2: SayRequest{user, body}, SayReply{body,
 /// served_by}.
 pub fn two_strings(a: &str, b: &str) -> Vec<u8> {
