@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use weft_hostcalls::channel::ChannelRecord;
-use weft_hostcalls::state::{SharedState, StateStore, VarSpec};
+use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Code, Message, SeededRng, Value, VirtualClock};
 use weft_ir::check::{CheckEnv, check};
 use weft_ir::diag::{SourceFile, has_errors};
@@ -13,7 +13,7 @@ use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::ir::Element;
 use weft_ir::parser::parse;
 use weft_ir::schema::{FieldPath, MethodSchema, resolve_path};
-use weft_ir::sim::{Executor, Interp, SegmentRequest};
+use weft_ir::sim::{Executor, Interp, SegmentRequest, var_specs};
 use weft_ir::testgen::{Entropy, Generated, random_message_bytes, request_fields, response_fields};
 use weft_ir::types::Type;
 
@@ -39,19 +39,6 @@ fn fields(
         .collect()
 }
 
-fn specs(e: &Element) -> Vec<VarSpec> {
-    e.state
-        .iter()
-        .map(|v| VarSpec {
-            name: v.name.clone(),
-            kind: v.kind,
-            consistency: v.consistency,
-            combiner: v.combiner,
-            zero: v.value_type().zero_value(),
-        })
-        .collect()
-}
-
 /// One executor's world: state shared between its instances, the instances, the records.
 struct World {
     shared: SharedState,
@@ -66,7 +53,7 @@ impl World {
             .iter()
             .map(|e| {
                 let store: Box<dyn StateStore + Send> =
-                    Box::new(shared.instance_store(&e.name, "a", &specs(e)));
+                    Box::new(shared.instance_store(&e.name, "a", &var_specs(e)));
                 let store = if jit { block_store(e, store) } else { store };
                 let rng = SeededRng::for_stream(seed, &format!("{}@a", e.name));
                 Instance::new(e.name.clone(), store, Box::new(rng))

@@ -65,6 +65,21 @@ pub struct SharedRequest {
 }
 
 impl SharedRequest {
+    /// What travels back up a segment of `n` elements after this request outcome, as
+    /// `(start, message)`: the response handlers of elements `start - 1` down to 0 run on
+    /// `message`, which is the server's response (`respond`) when the request passed all
+    /// `n`, else the early answer of the element that decided.
+    fn answer(&self, n: usize, respond: impl FnOnce() -> Arc<Message>) -> (usize, Arc<Message>) {
+        match &self.verdict {
+            SharedVerdict::Forward(_) => (n, respond()),
+            SharedVerdict::Reply(m) => (self.decided, Arc::clone(m)),
+            SharedVerdict::Reject { code, message } => (
+                self.decided,
+                Arc::new(Message::error(*code, message.clone())),
+            ),
+        }
+    }
+
     pub(crate) fn unshared(self) -> SegmentRequest {
         SegmentRequest {
             decided: self.decided,
@@ -134,14 +149,7 @@ impl Compiled {
             return out;
         }
         let out = self.request_parts(bufs, instances, msg, rpc, host);
-        let (start, resp) = match &out.verdict {
-            SharedVerdict::Forward(_) => (self.elements.len(), respond()),
-            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
-            SharedVerdict::Reject { code, message } => (
-                out.decided,
-                Arc::new(Message::error(*code, message.clone())),
-            ),
-        };
+        let (start, resp) = out.answer(self.elements.len(), respond);
         let rpc = routed(rpc, &out);
         let back =
             (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host));
@@ -455,14 +463,7 @@ impl Compiled {
             frame.instances,
             rpc,
         );
-        let answer = match &out.verdict {
-            SharedVerdict::Forward(_) => (n, respond()),
-            SharedVerdict::Reply(m) => (out.decided, Arc::clone(m)),
-            SharedVerdict::Reject { code, message } => (
-                out.decided,
-                Arc::new(Message::error(*code, message.clone())),
-            ),
-        };
+        let answer = out.answer(n, respond);
         // A request that changed the routing needs another `RpcInfo` for the response, which
         // this frame cannot point at: that (rare) response gets a frame of its own below.
         let rerouted = out.routed != rpc.routed;

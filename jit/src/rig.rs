@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use weft_hostcalls::channel::ChannelRecord;
-use weft_hostcalls::state::{SharedState, StateStore, VarSpec};
+use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
 use weft_ir::interp::{self, Host, Instance, RpcInfo, Verdict};
 use weft_ir::ir::Element;
-use weft_ir::sim::{Executor, Interp};
+use weft_ir::sim::{Executor, Interp, var_specs};
 
 use crate::compile::{Compiled, Fusion, compile};
 use crate::error::JitError;
@@ -55,19 +55,6 @@ fn relifetime<'b, T>(mut v: Vec<&mut T>) -> Vec<&'b mut T> {
     v.into_iter().filter_map(|_| None).collect()
 }
 
-fn specs(e: &Element) -> Vec<VarSpec> {
-    e.state
-        .iter()
-        .map(|v| VarSpec {
-            name: v.name.clone(),
-            kind: v.kind,
-            consistency: v.consistency,
-            combiner: v.combiner,
-            zero: v.value_type().zero_value(),
-        })
-        .collect()
-}
-
 impl Rig {
     /// A rig over `elements` (chain order), with `jit` set to the fusion to compile with, or
     /// `None` for the interpreter. Runs every element's `init`.
@@ -83,7 +70,7 @@ impl Rig {
         let mut instances = Vec::new();
         for e in elements {
             let store: Box<dyn StateStore + Send> =
-                Box::new(shared.instance_store(&e.name, "bench", &specs(e)));
+                Box::new(shared.instance_store(&e.name, "bench", &var_specs(e)));
             let store = if jit.is_some() {
                 block_store(e, store)
             } else {
