@@ -938,13 +938,7 @@ extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
 }
 
 extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
-    guard(f, (), |f| {
-        if !f.host.channels.enabled() {
-            return Ok(());
-        }
-        let v = f.take_clone(value)?;
-        emit(f, elem, chan, v)
-    })
+    guard(f, (), |f| emit(f, elem, chan, |f| f.take_clone(value)))
 }
 
 fn scalar_kind(kind: i64) -> Result<ScalarKind, RuntimeError> {
@@ -964,17 +958,11 @@ fn float_scalar(kind: i64, v: f64) -> Result<Value, RuntimeError> {
 }
 
 extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
-    guard(f, (), |f| {
-        let v = int_scalar(kind, v)?;
-        emit(f, elem, chan, v)
-    })
+    guard(f, (), |f| emit(f, elem, chan, |_| int_scalar(kind, v)))
 }
 
 extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
-    guard(f, (), |f| {
-        let v = float_scalar(kind, v)?;
-        emit(f, elem, chan, v)
-    })
+    guard(f, (), |f| emit(f, elem, chan, |_| float_scalar(kind, v)))
 }
 
 extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
@@ -1053,11 +1041,19 @@ extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
     })
 }
 
-/// A channel record with the element's interned names.
-fn emit(f: &mut Frame<'_, '_, '_>, elem: i64, chan: u64, v: Value) -> Result<(), RuntimeError> {
+/// A channel record with the element's interned names. The value is made only when the
+/// sink wants records (through the C ABI nothing observes them yet), and the sink is asked
+/// once per record.
+fn emit(
+    f: &mut Frame<'_, '_, '_>,
+    elem: i64,
+    chan: u64,
+    value: impl FnOnce(&Frame<'_, '_, '_>) -> Result<Value, RuntimeError>,
+) -> Result<(), RuntimeError> {
     if !f.host.channels.enabled() {
         return Ok(());
     }
+    let v = value(f)?;
     let e = f.element(elem)?;
     let channel = usize::try_from(chan)
         .ok()
