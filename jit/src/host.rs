@@ -17,6 +17,7 @@ use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, ScalarKind};
 use weft_hostcalls::builtins;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng;
+use weft_hostcalls::state::StateStore;
 use weft_hostcalls::{Code, Message, MsgKind, Value};
 use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::eval::{self, RuntimeError};
@@ -456,33 +457,46 @@ fn var_kind(
         .ok_or_else(|| RuntimeError::Type(format!("state variable {var}")))
 }
 
+/// Runs `read` on the state store of element `elem` with the key at arena handle `key`
+/// (the key stays borrowed from the arena, not copied).
+fn with_state_key<R>(
+    f: &mut Frame<'_, '_, '_>,
+    elem: i64,
+    key: u64,
+    read: impl FnOnce(&mut (dyn StateStore + Send), &Value) -> Result<R, RuntimeError>,
+) -> Result<R, RuntimeError> {
+    let inst = usize::try_from(elem)
+        .ok()
+        .and_then(|k| f.instances.get_mut(k))
+        .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+    let k = match key {
+        UNIT => &Value::Unit,
+        _ => usize::try_from(key)
+            .ok()
+            .and_then(|i| f.arena.get(i))
+            .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
+    };
+    read(&mut *inst.store, k)
+}
+
 /// `get(state, k)`: `Option<V>` for a map, the element (or an index error) for a vector.
 extern "C" fn hc_state_get(f: F, elem: i64, var: u64, key: u64) -> u64 {
     guard(f, UNIT, |f| {
         let kind = var_kind(f, elem, var)?;
-        let inst = usize::try_from(elem)
-            .ok()
-            .and_then(|k| f.instances.get_mut(k))
-            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
-        let k = match key {
-            UNIT => &Value::Unit,
-            _ => usize::try_from(key)
-                .ok()
-                .and_then(|i| f.arena.get(i))
-                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
-        };
         let var = var as usize;
-        let got = inst.store.get(var, k)?;
-        let v = match kind {
-            weft_hostcalls::CellKind::Vec => {
-                let len = inst.store.len(var)?;
-                got.ok_or(RuntimeError::IndexOutOfRange {
-                    index: k.as_int().unwrap_or(-1),
-                    len,
-                })?
-            }
-            _ => got.map_or(Value::none(), Value::some),
-        };
+        let v = with_state_key(f, elem, key, |store, k| {
+            let got = store.get(var, k)?;
+            Ok(match kind {
+                weft_hostcalls::CellKind::Vec => {
+                    let len = store.len(var)?;
+                    got.ok_or(RuntimeError::IndexOutOfRange {
+                        index: k.as_int().unwrap_or(-1),
+                        len,
+                    })?
+                }
+                _ => got.map_or(Value::none(), Value::some),
+            })
+        })?;
         Ok(f.put(v))
     })
 }
@@ -910,21 +924,8 @@ extern "C" fn hc_metadata_probe(f: F, elem: i64, key: u64) -> u64 {
 /// `get(map_state, k)` under a `Some`/`None` match: the value, or [`NONE`].
 extern "C" fn hc_state_probe(f: F, elem: i64, var: u64, key: u64) -> u64 {
     guard(f, NONE, |f| {
-        let inst = usize::try_from(elem)
-            .ok()
-            .and_then(|k| f.instances.get_mut(k))
-            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
-        let k = match key {
-            UNIT => &Value::Unit,
-            _ => usize::try_from(key)
-                .ok()
-                .and_then(|i| f.arena.get(i))
-                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
-        };
-        match inst.store.get(var as usize, k)? {
-            Some(v) => Ok(f.put(v)),
-            None => Ok(NONE),
-        }
+        let got = with_state_key(f, elem, key, |store, k| Ok(store.get(var as usize, k)?))?;
+        Ok(got.map_or(NONE, |v| f.put(v)))
     })
 }
 
@@ -1023,21 +1024,10 @@ extern "C" fn hc_metadata_probe_f(f: F, elem: i64, key: u64) -> f64 {
 /// `get(map_state, k)` under patterns that bind nothing: 0 when present, [`NONE`] if not.
 extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
     guard(f, NONE, |f| {
-        let inst = usize::try_from(elem)
-            .ok()
-            .and_then(|k| f.instances.get_mut(k))
-            .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
-        let k = match key {
-            UNIT => &Value::Unit,
-            _ => usize::try_from(key)
-                .ok()
-                .and_then(|i| f.arena.get(i))
-                .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
-        };
-        match inst.store.get(var as usize, k)? {
-            Some(_) => Ok(0),
-            None => Ok(NONE),
-        }
+        let present = with_state_key(f, elem, key, |store, k| {
+            Ok(store.get(var as usize, k)?.is_some())
+        })?;
+        Ok(if present { 0 } else { NONE })
     })
 }
 
