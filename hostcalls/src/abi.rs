@@ -319,6 +319,9 @@ pub enum HostFn {
     /// `get(map_state, k)` under `Some(_)`/`None` patterns that bind nothing: 0 when the key
     /// is there, [`NONE`] otherwise — the value is neither cloned nor stored.
     StateContains = 69,
+    /// [`HostFn::StateContains`] whose key is a `string` field of a message: the key is
+    /// looked up as it lies in the message bytes, and no string value is made.
+    StateContainsField = 70,
 }
 
 /// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.

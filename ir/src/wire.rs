@@ -609,6 +609,36 @@ pub fn decode_found(
     decode_scalar(leaf.kind, Seg { base: start, bytes }, &leaf.name)
 }
 
+/// The string an extracted `string` field holds, borrowed from `msg` (or from the leaf's
+/// default when absent): [`decode_found`] without the copy, errors and all. `None` when the
+/// leaf is not a string.
+pub fn found_str<'m>(
+    msg: &'m [u8],
+    leaf: &'m FieldStep,
+    found: Option<Found>,
+) -> Option<Result<&'m str, WireError>> {
+    if leaf.kind != ProtoKind::String {
+        return None;
+    }
+    let Some(Found { start, end }) = found else {
+        return match &leaf.default {
+            Value::Str(s) => Some(Ok(s)),
+            _ => None,
+        };
+    };
+    Some(match msg.get(start..end) {
+        Some(bytes) => utf8(Seg { base: start, bytes }, &leaf.name),
+        None => Err(WireError::Truncated { offset: start }),
+    })
+}
+
+fn utf8<'m>(v: Seg<'m>, field: &str) -> Result<&'m str, WireError> {
+    std::str::from_utf8(v.bytes).map_err(|_| WireError::InvalidUtf8 {
+        field: field.to_owned(),
+        offset: v.base,
+    })
+}
+
 /// Decodes one map entry (field 1 = key, field 2 = value).
 fn map_entry(
     leaf: &FieldStep,
@@ -712,15 +742,7 @@ fn decode_scalar(kind: ProtoKind, v: Seg<'_>, field: &str) -> Result<Value, Wire
         ProtoKind::Fixed64 => Value::Uint(u64::from_le_bytes(fixed(v)?)),
         ProtoKind::Sfixed64 => Value::Int(i64::from_le_bytes(fixed(v)?)),
         ProtoKind::Double => Value::Float(f64::from_le_bytes(fixed(v)?)),
-        ProtoKind::String => match std::str::from_utf8(v.bytes) {
-            Ok(s) => Value::Str(s.to_owned()),
-            Err(_) => {
-                return Err(WireError::InvalidUtf8 {
-                    field: field.to_owned(),
-                    offset: v.base,
-                });
-            }
-        },
+        ProtoKind::String => Value::Str(utf8(v, field)?.to_owned()),
         ProtoKind::Bytes | ProtoKind::Message => Value::Bytes(v.bytes.to_vec()),
     })
 }

@@ -270,7 +270,7 @@ impl Compiled {
             reject: String::new(),
             extracted: Extraction {
                 msg: UNIT,
-                fields: std::mem::take(&mut bufs.extracted.fields),
+                ..std::mem::take(&mut bufs.extracted)
             },
         }
     }
@@ -489,10 +489,10 @@ impl Compiled {
         };
         frame.arena.clear();
         let arena = std::mem::take(&mut frame.arena);
-        let fields = std::mem::take(&mut frame.extracted.fields);
+        let extracted = std::mem::take(&mut frame.extracted);
         drop(frame);
         bufs.arena = arena;
-        bufs.extracted.fields = fields;
+        bufs.extracted = extracted;
         if let (start, resp) = answer
             && start > 0
             && rerouted

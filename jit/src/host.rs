@@ -129,6 +129,9 @@ pub struct Frame<'a, 'i, 'h> {
 pub struct Extraction {
     pub msg: u64,
     pub fields: Vec<wire::Extracted>,
+    /// A string field copied out to be a map key; kept from call to call, so a lookup by a
+    /// field allocates nothing once it has grown.
+    pub key: String,
 }
 
 impl Default for Extraction {
@@ -136,6 +139,7 @@ impl Default for Extraction {
         Extraction {
             msg: UNIT,
             fields: Vec::new(),
+            key: String::new(),
         }
     }
 }
@@ -465,10 +469,7 @@ fn with_state_key<R>(
     key: u64,
     read: impl FnOnce(&mut (dyn StateStore + Send), &Value) -> Result<R, RuntimeError>,
 ) -> Result<R, RuntimeError> {
-    let inst = usize::try_from(elem)
-        .ok()
-        .and_then(|k| f.instances.get_mut(k))
-        .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+    let store = store_of(f.instances, elem)?;
     let k = match key {
         UNIT => &Value::Unit,
         _ => usize::try_from(key)
@@ -476,7 +477,19 @@ fn with_state_key<R>(
             .and_then(|i| f.arena.get(i))
             .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {key}")))?,
     };
-    read(&mut *inst.store, k)
+    read(store, k)
+}
+
+/// The state store of element `elem` of the segment.
+fn store_of<'s>(
+    instances: &'s mut [&mut Instance],
+    elem: i64,
+) -> Result<&'s mut (dyn StateStore + Send), RuntimeError> {
+    let inst = usize::try_from(elem)
+        .ok()
+        .and_then(|k| instances.get_mut(k))
+        .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
+    Ok(&mut *inst.store)
 }
 
 /// `get(state, k)`: `Option<V>` for a map, the element (or an index error) for a vector.
@@ -785,44 +798,81 @@ fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
 /// A field of a message: from the frame's extraction pass when the field is part of it (one
 /// scan of the bytes serves every such field the segment reads), otherwise `wire::read`.
 fn read_field(f: &mut Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
+    if let Some(x) = extracted_field(f, msg, id)? {
+        return Ok(wire::decode_found(x.bytes, x.leaf, x.found)?);
+    }
     let path = field(f.tables, id)?;
-    let slot = usize::try_from(id)
+    Ok(wire::read(&f.msg(msg)?.bytes, path)?)
+}
+
+/// A field found by the frame's extraction pass: where it lies in its message's bytes.
+struct ExtractedField<'f> {
+    bytes: &'f [u8],
+    leaf: &'f FieldStep,
+    found: Option<wire::Found>,
+}
+
+/// Field `id` of message `msg` from the extraction pass (run now if this message has not
+/// had it); `None` when the field is not part of the pass or `msg` is not a message.
+fn extracted_field<'f>(
+    f: &'f mut Frame<'_, '_, '_>,
+    msg: u64,
+    id: u64,
+) -> Result<Option<ExtractedField<'f>>, RuntimeError> {
+    let Some(slot) = usize::try_from(id)
         .ok()
-        .and_then(|i| f.tables.extract_slot.get(i).copied().flatten());
-    let Frame {
-        arena,
-        tables,
-        extracted,
-        ..
-    } = f;
-    let v = match msg {
-        UNIT => Some(&Value::Unit),
-        _ => usize::try_from(msg).ok().and_then(|i| arena.get(i)),
+        .and_then(|i| f.tables.extract_slot.get(i).copied().flatten())
+    else {
+        return Ok(None);
     };
-    let m = match v {
+    let m = match usize::try_from(msg).ok().and_then(|i| f.arena.get(i)) {
         Some(Value::Msg(m)) => m,
-        Some(other) => {
-            return Err(RuntimeError::Type(format!(
-                "expected a message, got {}",
-                other.kind_name()
-            )));
+        _ => return Ok(None),
+    };
+    if f.extracted.msg != msg {
+        wire::extract(&m.bytes, &f.tables.extract, &mut f.extracted.fields);
+        f.extracted.msg = msg;
+    }
+    match (f.tables.extract.get(slot), f.extracted.fields.get(slot)) {
+        (Some(leaf), Some(got)) => Ok(Some(ExtractedField {
+            bytes: &m.bytes,
+            leaf,
+            found: got.clone()?,
+        })),
+        _ => Err(RuntimeError::Type(format!("field {id} is not extracted"))),
+    }
+}
+
+/// `get(map_state, str(get(rpc, field)))` under patterns that bind nothing: the string is
+/// copied from the message into the frame's reused key buffer, not into a new value.
+extern "C" fn hc_state_contains_field(f: F, elem: i64, var: u64, msg: u64, id: u64) -> u64 {
+    guard(f, NONE, |f| {
+        let mut key = Value::Str(std::mem::take(&mut f.extracted.key));
+        let copied = match extracted_field(f, msg, id)? {
+            Some(x) => match wire::found_str(x.bytes, x.leaf, x.found) {
+                Some(s) => {
+                    let s = s?;
+                    if let Value::Str(k) = &mut key {
+                        k.clear();
+                        k.push_str(s);
+                    }
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        };
+        if !copied {
+            // Not a string the extraction pass found: read it as `get(rpc, field)` does.
+            key = read_field(f, msg, id)?;
         }
-        None => return Err(RuntimeError::Type(format!("dangling value handle {msg}"))),
-    };
-    let Some(slot) = slot else {
-        return Ok(wire::read(&m.bytes, path)?);
-    };
-    if extracted.msg != msg {
-        wire::extract(&m.bytes, &tables.extract, &mut extracted.fields);
-        extracted.msg = msg;
-    }
-    let (Some(leaf), Some(got)) = (tables.extract.get(slot), extracted.fields.get(slot)) else {
-        return Err(RuntimeError::Type(format!("field {id} is not extracted")));
-    };
-    match got {
-        Ok(found) => Ok(wire::decode_found(&m.bytes, leaf, *found)?),
-        Err(e) => Err(e.clone().into()),
-    }
+        let present = store_of(f.instances, elem)
+            .and_then(|store| Ok(store.get(var as usize, &key)?.is_some()));
+        if let Value::Str(k) = key {
+            f.extracted.key = k;
+        }
+        Ok(if present? { 0 } else { NONE })
+    })
 }
 
 extern "C" fn hc_field_read(f: F, msg: u64, id: u64) -> u64 {
@@ -1221,6 +1271,10 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         ChannelEmitI => (hc_channel_emit_i as *const u8, sig(&[I, I, I, I], None)),
         ChannelEmitF => (hc_channel_emit_f as *const u8, sig(&[I, I, Fl, I], None)),
         StateContains => (hc_state_contains as *const u8, sig(&[I, I, I], Some(I))),
+        StateContainsField => (
+            hc_state_contains_field as *const u8,
+            sig(&[I, I, I, I], Some(I)),
+        ),
     }
 }
 
@@ -1298,6 +1352,7 @@ pub const ALL: &[HostFn] = &{
         ChannelEmitI,
         ChannelEmitF,
         StateContains,
+        StateContainsField,
     ]
 };
 

@@ -27,6 +27,7 @@ use weft_hostcalls::state::{CellKind, Consistency};
 use weft_hostcalls::{Code, Value};
 use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::ir::*;
+use weft_ir::schema::FieldPath;
 use weft_ir::types::Type;
 
 use crate::error::JitError;
@@ -581,6 +582,20 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             _ => None,
         });
         let h = match &scrutinee.kind {
+            ExprKind::StateGet { var, key }
+                if bound.is_none()
+                    && self.element.state.get(*var).map(|v| v.kind) == Some(CellKind::Map)
+                    && let Some((msg, field)) = string_field(key) =>
+            {
+                let m = self.expr(msg);
+                let id = self.tables.field(field);
+                let (el, var, id) = (
+                    self.elem(),
+                    self.iconst(*var as i64),
+                    self.iconst(id as i64),
+                );
+                self.callv(HostFn::StateContainsField, &[el, var, m, id])
+            }
             ExprKind::StateGet { var, key }
                 if self.element.state.get(*var).map(|v| v.kind) == Some(CellKind::Map) =>
             {
@@ -1690,4 +1705,20 @@ pub fn lower_response<M: Module>(
 /// A rejection's code as the context carries it.
 pub fn code_of(n: u32) -> Code {
     Code::from_number(n).unwrap_or(Code::Internal)
+}
+
+/// `e` as a read of a `string` field, `get(m, f)` or `str(get(m, f))`: the message
+/// expression and the field.
+fn string_field(e: &Expr) -> Option<(&Expr, &FieldPath)> {
+    match &e.kind {
+        ExprKind::Field { msg, field } if e.ty == Type::Str => Some((msg, field)),
+        ExprKind::Call {
+            builtin: Builtin::ToStr,
+            args,
+        } if e.ty == Type::Str => match args.as_slice() {
+            [arg] => string_field(arg),
+            _ => None,
+        },
+        _ => None,
+    }
 }

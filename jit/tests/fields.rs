@@ -24,6 +24,7 @@ const READER: &str = "
 state:
     seen: Channel
     total: int
+    known: Map<string, bool>
 
 init():
     pass
@@ -41,6 +42,18 @@ req(rpc):
     send(get(rpc, 'mood'), seen)
     send(byte_size(rpc, 'inner'), seen)
     total = total + get(rpc, 'priority')
+    set(known, 'alice', true)
+    set(known, '', true)
+    match get(known, get(rpc, 'user')):
+        Some(_) =>
+            send('user known', seen)
+        None =>
+            send('user unknown', seen)
+    match get(known, str(get(rpc, 'inner.child.y'))):
+        Some(_) =>
+            send('y known', seen)
+        _ =>
+            send('y unknown', seen)
     set(rpc, 'inner.x', 7)
     set(rpc, 'tags', get(rpc, 'tags'))
     set(rpc, 'inner.child.y', 'written')
@@ -246,4 +259,23 @@ fn every_truncation_and_corruption_is_rejected_alike() {
         malformed > 10,
         "only {malformed} malformed inputs were exercised"
     );
+}
+
+/// `get(map, string field)` under `Some(_)`/`None` looks the key up in the message bytes
+/// (no string value is made): known, unknown, absent (the default, '') and invalid UTF-8 keys
+/// give what the interpreter gives.
+#[test]
+fn map_lookups_by_a_string_field_agree() {
+    let method = test_method().unwrap();
+    let e = element(&method);
+    let resp = full_response(&method);
+    let user = |bytes: &[u8]| {
+        let mut m = vec![0x0a, bytes.len() as u8];
+        m.extend_from_slice(bytes);
+        m
+    };
+    assert_eq!(compare(&e, &user(b"alice"), &resp), (true, false));
+    assert_eq!(compare(&e, &user(b"mallory"), &resp), (true, false));
+    assert_eq!(compare(&e, &[], &resp), (true, false));
+    assert_eq!(compare(&e, &user(&[0xff, 0xfe]), &resp), (false, true));
 }
