@@ -182,6 +182,13 @@ impl StateStore for BlockStore {
         }
     }
 
+    fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
+        match self.block_var(var) {
+            Some(_) => Ok(true),
+            None => self.inner.contains(var, key),
+        }
+    }
+
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         match self.block_var(var) {
             Some((b, slot)) => BlockStore::store(b, slot, &value),

@@ -179,6 +179,10 @@ pub trait StateStore {
     /// A scalar always has a value (its zero until written); map and vector lookups of absent
     /// keys or out-of-range indices give `None`.
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError>;
+    /// Whether [`StateStore::get`] would find a value, without copying it out.
+    fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
+        Ok(self.get(var, key)?.is_some())
+    }
     /// Scalars are replaced; maps insert or replace; vectors replace at `0..len` and append at
     /// `len`, and any other index is [`StateError::IndexOutOfRange`].
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError>;
@@ -208,6 +212,9 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
     }
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         (**self).get(var, key)
+    }
+    fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
+        (**self).contains(var, key)
     }
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         (**self).set(var, key, value)
@@ -270,6 +277,16 @@ impl Cell {
                 usize::try_from(*i).ok().and_then(|i| xs.get(i)).cloned()
             }
             (Cell::Vec(_), _) => None,
+        })
+    }
+
+    fn contains(&self, spec: &VarSpec, key: &Value) -> Result<bool, StateError> {
+        self.check_key(spec, key)?;
+        Ok(match (self, key) {
+            (Cell::Scalar(_), _) => true,
+            (Cell::Map(m), _) => m.contains_key(key),
+            (Cell::Vec(xs), Value::Int(i)) => usize::try_from(*i).is_ok_and(|i| i < xs.len()),
+            (Cell::Vec(_), _) => false,
         })
     }
 
@@ -889,6 +906,13 @@ impl StateStore for InstanceStore {
         })
     }
 
+    fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
+        self.access(var, |target| match target {
+            Target::Cell(spec, cell) => cell.contains(spec, key),
+            Target::Weak(spec, replica, _) => replica.data.contains(spec, key),
+        })
+    }
+
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => {
@@ -1008,6 +1032,38 @@ mod tests {
                 s.delete(0, &Value::str("never there")).unwrap();
                 assert_eq!(s.len(0).unwrap(), 2);
                 assert_eq!(s.get(0, &Value::str("a")).unwrap(), None);
+            });
+        }
+    }
+
+    #[test]
+    fn contains_agrees_with_get() {
+        for consistency in [Consistency::Local, Consistency::Strong, Consistency::Weak] {
+            // Vectors are local only.
+            let specs = [scalar("hits", int(7)), map("cache"), vector("log")].map(|mut spec| {
+                if spec.kind != CellKind::Vec {
+                    spec.consistency = consistency;
+                }
+                spec
+            });
+            both_stores(&specs, |s| {
+                s.set(1, Value::str("a"), int(1)).unwrap();
+                s.set(2, int(0), Value::str("x")).unwrap();
+                let probes = [
+                    (0, Value::Unit),
+                    (0, int(1)),
+                    (1, Value::str("a")),
+                    (1, Value::str("b")),
+                    (1, int(1)),
+                    (2, int(0)),
+                    (2, int(1)),
+                    (2, int(-1)),
+                    (2, Value::str("a")),
+                ];
+                for (var, key) in probes {
+                    let got = s.get(var, &key).map(|v| v.is_some());
+                    assert_eq!(s.contains(var, &key), got, "var {var} key {key:?}");
+                }
             });
         }
     }
