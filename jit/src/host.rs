@@ -837,7 +837,10 @@ fn extracted_field<'f>(
         (Some(leaf), Some(got)) => Ok(Some(ExtractedField {
             bytes: &m.bytes,
             leaf,
-            found: got.clone()?,
+            found: match got {
+                Ok(found) => *found,
+                Err(e) => return Err(e.clone().into()),
+            },
         })),
         _ => Err(RuntimeError::Type(format!("field {id} is not extracted"))),
     }
@@ -866,8 +869,8 @@ extern "C" fn hc_state_contains_field(f: F, elem: i64, var: u64, msg: u64, id: u
             // Not a string the extraction pass found: read it as `get(rpc, field)` does.
             key = read_field(f, msg, id)?;
         }
-        let present = store_of(f.instances, elem)
-            .and_then(|store| Ok(store.get(var as usize, &key)?.is_some()));
+        let present =
+            store_of(f.instances, elem).and_then(|store| Ok(store.contains(var as usize, &key)?));
         if let Value::Str(k) = key {
             f.extracted.key = k;
         }
@@ -1074,9 +1077,12 @@ extern "C" fn hc_metadata_probe_f(f: F, elem: i64, key: u64) -> f64 {
 /// `get(map_state, k)` under patterns that bind nothing: 0 when present, [`NONE`] if not.
 extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
     guard(f, NONE, |f| {
-        let present = with_state_key(f, elem, key, |store, k| {
-            Ok(store.get(var as usize, k)?.is_some())
-        })?;
+        let present = with_state_key(
+            f,
+            elem,
+            key,
+            |store, k| Ok(store.contains(var as usize, k)?),
+        )?;
         Ok(if present { 0 } else { NONE })
     })
 }
