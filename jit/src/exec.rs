@@ -48,6 +48,17 @@ pub fn block_store(ir: &Element, store: Box<dyn StateStore + Send>) -> Box<dyn S
     Box::new(BlockStore::new(store, vars))
 }
 
+/// An empty vector of references with another lifetime, in `v`'s allocation, so the list of
+/// instances a call takes can be rebuilt per call without allocating: `collect` from a
+/// `vec::IntoIter` reuses the buffer when the element layout is the same, and the vector is
+/// emptied first, so no reference outlives its borrow.
+pub fn emptied<'b, T>(mut v: Vec<&mut T>) -> Vec<&'b mut T> {
+    v.clear();
+    // `filter` would keep the old lifetime; producing the new type is the point.
+    #[allow(clippy::unnecessary_filter_map)]
+    v.into_iter().filter_map(|_| None).collect()
+}
+
 /// A request verdict with messages shared, as compiled code leaves them.
 #[derive(Clone, Debug)]
 pub enum SharedVerdict {

@@ -14,7 +14,7 @@ use weft_ir::sim::{Executor, Interp, var_specs};
 
 use crate::compile::{Compiled, Fusion, compile};
 use crate::error::JitError;
-use crate::exec::{Buffers, SharedVerdict, block_store};
+use crate::exec::{Buffers, SharedVerdict, block_store, emptied};
 
 /// Which executor a rig runs.
 pub enum Runner {
@@ -43,16 +43,6 @@ pub struct Rig {
     rpc: RpcInfo,
     /// The allocation behind each run's `Vec<&mut Instance>`, kept empty between runs.
     spare: Vec<&'static mut Instance>,
-}
-
-/// An empty vector of references with another lifetime, in `v`'s allocation: `collect` from
-/// a `vec::IntoIter` reuses the buffer when the element layout is the same, and the vector
-/// is emptied first, so no reference outlives its borrow.
-fn relifetime<'b, T>(mut v: Vec<&mut T>) -> Vec<&'b mut T> {
-    v.clear();
-    // `filter` would keep the old lifetime; producing the new type is the point.
-    #[allow(clippy::unnecessary_filter_map)]
-    v.into_iter().filter_map(|_| None).collect()
 }
 
 impl Rig {
@@ -127,7 +117,7 @@ impl Rig {
         self.channels.clear();
         self.rpc.id = self.rpc.id.wrapping_add(1);
         let rpc = &self.rpc;
-        let mut insts = relifetime(std::mem::take(&mut self.spare));
+        let mut insts = emptied(std::mem::take(&mut self.spare));
         insts.extend(self.instances.iter_mut());
         let mut host = Host {
             clock: &self.clock,
@@ -181,7 +171,7 @@ impl Rig {
                 }
             }
         };
-        self.spare = relifetime(insts);
+        self.spare = emptied(insts);
         outcome
     }
 }

@@ -5,7 +5,7 @@
 //! in-flight count), and the only lock it takes is its segment's, which guards that
 //! segment's element instances.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +17,7 @@ use weft_ir::config::Side;
 use weft_ir::interp::{Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
 use weft_jit::Buffers;
-use weft_jit::exec::SharedVerdict;
+use weft_jit::exec::{SharedVerdict, emptied};
 
 use crate::error::EngineError;
 use crate::version::{
@@ -40,6 +40,28 @@ thread_local! {
     // The `RpcInfo` compiled code reads, kept per thread: a call sets the id and the route
     // instead of cloning the template's three strings (and freeing them again).
     static INFO: RefCell<Option<RpcInfo>> = const { RefCell::new(None) };
+    // The allocation behind each call's list of instances, kept empty between calls.
+    static INSTANCE_LIST: Cell<Vec<&'static mut Instance>> = const { Cell::new(Vec::new()) };
+}
+
+/// A segment's instances as the list of references compiled code takes, built in this
+/// thread's reused allocation (a `collect` per call was an allocation per RPC direction).
+struct InstanceList<'a>(Vec<&'a mut Instance>);
+
+impl<'a> InstanceList<'a> {
+    fn new(instances: &'a mut [Instance]) -> Self {
+        let mut list = emptied(INSTANCE_LIST.take());
+        list.extend(instances.iter_mut());
+        InstanceList(list)
+    }
+}
+
+impl Drop for InstanceList<'_> {
+    fn drop(&mut self) {
+        let spare = emptied(std::mem::take(&mut self.0));
+        // Gone only while the thread exits; the allocation is then simply freed.
+        let _ = INSTANCE_LIST.try_with(|slot| slot.set(spare));
+    }
 }
 
 /// Runs `f` with the RPC's info: `template` with this id and route.
@@ -427,17 +449,17 @@ impl Engine {
             channels: &mut channels,
         };
         let mut instances_guard = seg.instances();
-        let mut instances: Vec<&mut Instance> = instances_guard.iter_mut().collect();
+        let mut instances = InstanceList::new(&mut instances_guard);
         let out = with_info(template, id, None, |info| {
             BUFFERS.with_borrow_mut(|bufs| {
-                compiled.request_shared(bufs, &mut instances, Arc::clone(&input), info, &mut host)
+                compiled.request_shared(bufs, &mut instances.0, Arc::clone(&input), info, &mut host)
             })
         });
         let early = match out.verdict {
             SharedVerdict::Forward(m) if seg.response_inert[route.method] => {
                 // No response handler can have an effect: end the RPC's scratch now and
                 // spare the caller the response call.
-                for inst in instances.iter_mut() {
+                for inst in instances.0.iter_mut() {
                     inst.scratch_end(id);
                 }
                 return Ok(RequestOutcome {
@@ -475,7 +497,7 @@ impl Engine {
                 BUFFERS.with_borrow_mut(|bufs| {
                     compiled.response_shared(
                         bufs,
-                        &mut instances,
+                        &mut instances.0,
                         out.decided - 1,
                         early,
                         info,
@@ -535,13 +557,13 @@ impl Engine {
                     channels: &mut channels,
                 };
                 let mut guard = seg.instances();
-                let mut instances: Vec<&mut Instance> = guard.iter_mut().collect();
+                let mut instances = InstanceList::new(&mut guard);
                 let template = &seg.rpc_template[rpc.method];
                 with_info(template, rpc.id, rpc.routed.as_deref(), |info| {
                     BUFFERS.with_borrow_mut(|bufs| {
                         compiled.response_shared(
                             bufs,
-                            &mut instances,
+                            &mut instances.0,
                             n - 1,
                             Arc::clone(&input),
                             info,
