@@ -264,7 +264,7 @@ impl Compiled {
         host: &'a mut Host<'h>,
     ) -> Frame<'a, 'i, 'h> {
         let mut arena = std::mem::take(&mut bufs.arena);
-        first_value(&mut arena, Value::Msg(msg));
+        first_value(&mut arena, msg);
         let blocks = bufs.blocks.get(part.range.start..).unwrap_or_default();
         Frame {
             ctx: RpcCtx {
@@ -476,7 +476,7 @@ impl Compiled {
             (start, resp) if *start > 0 && !rerouted => {
                 let (start, resp) = (*start, Arc::clone(resp));
                 // The same frame, reset as `frame` would build it for the response.
-                first_value(&mut frame.arena, Value::Msg(resp));
+                first_value(&mut frame.arena, resp);
                 frame.ctx = RpcCtx {
                     blocks: frame.ctx.blocks,
                     start: (start - 1).min(n - 1) as u32,
@@ -536,11 +536,12 @@ impl Compiled {
 /// than pushed: a push copies the value from where it was built with wide loads over its
 /// narrow stores, which the CPU cannot forward (a stall per call, seen in `perf annotate`).
 #[inline(always)]
-fn first_value(arena: &mut Vec<Value>, v: Value) {
+fn first_value(arena: &mut Vec<Value>, msg: Arc<Message>) {
     arena.truncate(1);
     match arena.first_mut() {
-        Some(slot) => *slot = v,
-        None => arena.push(v),
+        // Built in the slot: passed in as a `Value`, it was still built on the stack first.
+        Some(slot) => *slot = Value::Msg(msg),
+        None => arena.push(Value::Msg(msg)),
     }
 }
 
