@@ -312,12 +312,26 @@ impl Compiled {
             };
         }
         let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
-        (part.req)(&mut frame);
+        let out = self.call_request(part, &mut frame, rpc);
+        bufs.arena = spent(&mut frame.arena);
+        bufs.extracted = std::mem::take(&mut frame.extracted);
+        out
+    }
+
+    /// Runs the segment's request function in `frame` and reads its outcome. The context
+    /// is read where compiled code wrote it, field by field: copying it out whole loads 16
+    /// bytes at a time over its 4-byte stores, which the CPU cannot forward (a stall of a
+    /// dozen cycles per load, visible in `perf annotate`).
+    #[inline(always)]
+    fn call_request(
+        &self,
+        part: &Part,
+        frame: &mut Frame<'_, '_, '_>,
+        rpc: &RpcInfo,
+    ) -> SharedRequest {
+        (part.req)(frame);
         let (error, reject) = (frame.error.take(), std::mem::take(&mut frame.reject));
-        // The context is read where compiled code wrote it, field by field: copying it out
-        // whole loads 16 bytes at a time over its 4-byte stores, which the CPU cannot
-        // forward (a stall of a dozen cycles per load, visible in `perf annotate`).
-        let out = self.request_outcome(
+        self.request_outcome(
             part,
             &frame.ctx,
             error,
@@ -325,10 +339,7 @@ impl Compiled {
             &mut frame.arena,
             frame.instances,
             rpc,
-        );
-        bufs.arena = spent(&mut frame.arena);
-        bufs.extracted = std::mem::take(&mut frame.extracted);
-        out
+        )
     }
 
     /// What a request function left in its frame, as the segment's outcome; counts a failure
@@ -456,18 +467,7 @@ impl Compiled {
     ) -> (SharedRequest, Option<Arc<Message>>) {
         let n = part.range.len();
         let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
-        (part.req)(&mut frame);
-        let (error, reject) = (frame.error.take(), std::mem::take(&mut frame.reject));
-        // Read in place, as in `run_request`.
-        let out = self.request_outcome(
-            part,
-            &frame.ctx,
-            error,
-            reject,
-            &mut frame.arena,
-            frame.instances,
-            rpc,
-        );
+        let out = self.call_request(part, &mut frame, rpc);
         let answer = out.answer(n, respond);
         // A request that changed the routing needs another `RpcInfo` for the response, which
         // this frame cannot point at: that (rare) response gets a frame of its own below.
