@@ -284,7 +284,7 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
         let counters = Arc::new(VersionCounters::default());
-        let first = build(&source, service, &options, 1, &counters)?;
+        let first = build(&source, service, &options, 1, &counters, None)?;
         let inner = Arc::new(Inner {
             service: service.to_owned(),
             source: Mutex::new(source),
@@ -666,15 +666,18 @@ impl Inner {
                 .clone(),
         };
         let number = self.next_install.load(Ordering::Relaxed);
+        // Held through the build, which takes over its elements' state: an `Arc`, not a
+        // short-lived guard.
+        let current = self.table.load_full();
         let built = build(
             &source,
             &self.service,
             &self.options,
             number,
             &self.counters,
+            Some(&current.current),
         )?;
         *self.source.lock().unwrap_or_else(PoisonError::into_inner) = source;
-        let current = self.table.load();
         if built.digest == current.current.digest {
             // Same content, same stamp: installing it again would only reset element state.
             return Ok(Reloaded::Unchanged(current.current.number));

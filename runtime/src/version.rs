@@ -97,8 +97,11 @@ pub(crate) struct MethodRoute {
 /// The elements of one edge that run on one side in this process, fused per method.
 pub(crate) struct Segment {
     pub edge: String,
+    pub side: Side,
     /// Instance names in chain order.
     pub names: Vec<String>,
+    /// Per instance, what its starting state was made from (see [`Origin`]).
+    origins: Vec<Origin>,
     /// One instance per element, whatever the method (as in the simulator). The lock is per
     /// segment: RPCs of other edges, sides and versions never wait for it.
     instances: Mutex<Vec<Instance>>,
@@ -113,6 +116,15 @@ pub(crate) struct Segment {
     /// no stop, no reorder, and channel records only when nothing observes them), so a
     /// forwarded request needs no response call.
     pub response_inert: Vec<bool>,
+}
+
+/// What an instance's starting state is made from: the element as configured (name,
+/// parameters, control-plane `state:`) and its source. Equal origins in two versions start
+/// equal state, so the newer version takes over the state the older one has built up.
+#[derive(Clone, PartialEq)]
+struct Origin {
+    use_: weft_ir::config::ElementUse,
+    source: String,
 }
 
 impl Segment {
@@ -255,6 +267,7 @@ pub(crate) fn build(
     options: &EngineOptions,
     number: u64,
     counters: &Arc<VersionCounters>,
+    previous: Option<&Version>,
 ) -> Result<Version, EngineError> {
     let (config, yaml) = read_config(source)?;
     let config_path = match source {
@@ -304,7 +317,12 @@ pub(crate) fn build(
             if end != service {
                 continue;
             }
-            let segment = build_segment(&loaded, &layout, side, service, options, &shared)?;
+            let before = previous.and_then(|v| {
+                v.segments
+                    .iter()
+                    .find(|seg| seg.edge == edge.name && seg.side == side)
+            });
+            let segment = build_segment(&loaded, &layout, side, service, options, &shared, before)?;
             let index = version.segments.len();
             let routes = match side {
                 Side::Client => &mut version.client,
@@ -347,10 +365,12 @@ fn build_segment(
     service: &str,
     options: &EngineOptions,
     shared: &SharedState,
+    before: Option<&Segment>,
 ) -> Result<Segment, EngineError> {
     let edge = &loaded.edge;
     let positions = side_elements(layout, side);
     let mut instances = Vec::with_capacity(positions.len());
+    let mut origins = Vec::with_capacity(positions.len());
     let mut channels = Channels(options.channels.as_ref());
     for &k in &positions {
         instances.push(start_instance(
@@ -361,6 +381,13 @@ fn build_segment(
             shared,
             &mut channels,
         )?);
+        origins.push(Origin {
+            use_: loaded.elements[k].use_.clone(),
+            source: loaded.elements[k].source.text.clone(),
+        });
+    }
+    if let Some(before) = before {
+        take_over_state(loaded, &positions, &origins, &mut instances, before)?;
     }
     let mut compiled = Vec::with_capacity(loaded.methods.len());
     let mut rpc_template = Vec::with_capacity(loaded.methods.len());
@@ -401,6 +428,8 @@ fn build_segment(
     }
     Ok(Segment {
         edge: edge.name.clone(),
+        side,
+        origins,
         names: positions
             .iter()
             .map(|&k| loaded.elements[k].use_.name.clone())
@@ -486,6 +515,65 @@ pub(crate) fn header_keys(
         }
     }
     Some(keys)
+}
+
+/// Gives each new instance whose element is unchanged (same name, parameters, `state:` and
+/// source as in the version before) the state that version's instance has now, and its
+/// error counters: a reload that leaves an element alone must not refill its rate limiter,
+/// empty its cache or zero its counters. Changed and new elements keep the state their
+/// `init` made. Writes that RPCs still running in the older version make after this copy
+/// stay there (docs/engine.md, "Reload").
+fn take_over_state(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    origins: &[Origin],
+    instances: &mut [Instance],
+    before: &Segment,
+) -> Result<(), EngineError> {
+    let mut old = before.instances();
+    for ((&k, origin), new) in positions.iter().zip(origins).zip(instances.iter_mut()) {
+        let Some(j) = before.names.iter().position(|n| *n == new.name) else {
+            continue;
+        };
+        let (Some(previous), Some(old_origin)) = (old.get_mut(j), before.origins.get(j)) else {
+            continue;
+        };
+        if old_origin != origin {
+            continue;
+        }
+        let ir = loaded
+            .methods
+            .first()
+            .and_then(|m| loaded.elements[k].ir.get(&m.full_name));
+        let Some(ir) = ir else { continue };
+        copy_state(previous, new, ir).map_err(|message| EngineError::Instance {
+            edge: loaded.edge.name.clone(),
+            element: new.name.clone(),
+            message: format!("taking over the state of the previous version: {message}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// Replaces `to`'s state with `from`'s, variable by variable (a map's entries from `init`
+/// are removed first, so keys `from` no longer has do not come back).
+fn copy_state(
+    from: &mut Instance,
+    to: &mut Instance,
+    ir: &weft_ir::ir::Element,
+) -> Result<(), String> {
+    for (name, value) in from.store.snapshot() {
+        let Some(var) = ir.var(&name) else { continue };
+        if ir.state[var].kind == weft_hostcalls::state::CellKind::Map {
+            for (key, _) in to.store.entries(var).map_err(|e| e.to_string())? {
+                to.store.delete(var, &key).map_err(|e| e.to_string())?;
+            }
+        }
+        write_state(to.store.as_mut(), ir, &name, None, value)?;
+    }
+    to.errors = from.errors;
+    to.malformed = from.malformed;
+    Ok(())
 }
 
 /// Starts element `k`'s instance as the simulator does: state in the version's stores, its

@@ -1,0 +1,105 @@
+//! A reload keeps the state of the elements it leaves unchanged (a rate limiter stays drained,
+//! a cache stays warm) and starts changed elements afresh.
+
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Seen, echo_edge, examples, no_metadata, options, round_trip, two_strings};
+use weft_hostcalls::Code;
+use weft_runtime::{Engine, Reloaded, ServerResponse, Side, Verdict};
+
+/// A token bucket of `capacity` that refills too slowly to matter during a test.
+fn ratelimit(capacity: u32) -> String {
+    format!("ratelimit: {{capacity: {capacity}.0, rate: 0.000001}}")
+}
+
+/// Whether the client side lets one request through (`false`: rejected by the rate limit).
+fn passes(client: &Engine) -> bool {
+    let out = client
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            no_metadata(),
+            two_strings("alice", "hi"),
+        )
+        .unwrap();
+    match out.verdict {
+        Verdict::Forward(_) => true,
+        Verdict::Reject { code, .. } => {
+            assert_eq!(code, Code::ResourceExhausted);
+            false
+        }
+        other => panic!("unexpected verdict {other:?}"),
+    }
+}
+
+fn installed(r: Reloaded) {
+    assert!(matches!(r, Reloaded::Installed(_)), "{r:?}");
+}
+
+#[test]
+fn an_unchanged_rate_limiter_stays_drained_and_a_changed_one_starts_full() {
+    let dir = examples().join("echo");
+    let before = echo_edge(&[&ratelimit(2)], &[]);
+    let client = Engine::open_yaml(&before, &dir, "frontend", options()).unwrap();
+    assert!(passes(&client) && passes(&client));
+    assert!(!passes(&client), "the bucket of 2 is empty");
+
+    // Another element joins the chain; the rate limiter is the same element as configured.
+    let grown = echo_edge(&[&ratelimit(2), "logging"], &[]);
+    installed(client.reload_yaml(&grown, &dir).unwrap());
+    assert!(
+        !passes(&client),
+        "the reload must not refill an unchanged rate limiter"
+    );
+
+    // A new capacity is a new element: its `init` fills the bucket.
+    let resized = echo_edge(&[&ratelimit(3), "logging"], &[]);
+    installed(client.reload_yaml(&resized, &dir).unwrap());
+    assert!(passes(&client) && passes(&client) && passes(&client));
+    assert!(!passes(&client));
+}
+
+#[test]
+fn a_cache_stays_warm_across_a_reload() {
+    let dir = examples().join("echo");
+    let cache = "cache: {field: user}";
+    let client = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "frontend", options()).unwrap();
+    let server = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "echo", options()).unwrap();
+    let ask = |client: &Engine| {
+        round_trip(
+            client,
+            &server,
+            no_metadata(),
+            two_strings("alice", "hi"),
+            |_| ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        )
+    };
+    let reached = |seen: Seen| match seen {
+        Seen::Answer { reached, .. } => reached,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(
+        reached(ask(&client)),
+        "the first request reaches the server"
+    );
+    assert!(
+        !reached(ask(&client)),
+        "the second is answered by the cache"
+    );
+
+    installed(
+        client
+            .reload_yaml(&echo_edge(&[cache, "metrics"], &[]), &dir)
+            .unwrap(),
+    );
+    assert!(
+        !reached(ask(&client)),
+        "the cache keeps its entries across the reload"
+    );
+}
