@@ -77,16 +77,20 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 	if dst := s.routeTo(); dst != "" {
 		ctx = withRoute(ctx, dst)
 	}
+	var rm responseMeta
+	if rpc != 0 {
+		opts = rm.capture(opts)
+	}
 
 	if !codec {
-		return r.unaryClientTyped(ctx, s, m, rpc, method, reqMsg, buf, replyMsg, cc, invoker, opts)
+		return r.unaryClientTyped(ctx, s, m, rpc, method, reqMsg, buf, replyMsg, cc, invoker, opts, &rm)
 	}
 	s.out.buf = buf
 	s.raw.buf = nil
 	err = invoker(ctx, method, &s.out, &s.raw, cc, opts...)
 	s.out.buf = nil
 	if err != nil {
-		return r.clientErrorResponse(s, m, rpc, method, err, replyMsg)
+		return r.clientErrorResponse(s, m, rpc, method, err, replyMsg, &rm, opts)
 	}
 	in := s.raw.buf
 	s.raw.buf = nil
@@ -99,13 +103,13 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 		return unmarshalInto(b, replyMsg, "the server")
 	}
 	s.msg.set(b)
-	s.md.len = 0
-	return r.clientResponse(s, m, rpc, method, replyMsg)
+	rm.encode(s)
+	return r.clientResponse(s, m, rpc, method, replyMsg, opts)
 }
 
 // unaryClientTyped is the path without Weft's codec: gRPC gets message values, so a rewritten
 // request is decoded into a new value and the reply is encoded once more for the chain.
-func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rpc uint64, method string, reqMsg proto.Message, buf mem.BufferSlice, replyMsg proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rpc uint64, method string, reqMsg proto.Message, buf mem.BufferSlice, replyMsg proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, rm *responseMeta) error {
 	send := reqMsg
 	if s.messageChanged() {
 		send = newMessageLike(reqMsg)
@@ -120,7 +124,7 @@ func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rp
 		}
 	}
 	if err := invoker(ctx, method, send, replyMsg, cc, opts...); err != nil {
-		return r.clientErrorResponse(s, m, rpc, method, err, replyMsg)
+		return r.clientErrorResponse(s, m, rpc, method, err, replyMsg, rm, opts)
 	}
 	if rpc == 0 {
 		return nil
@@ -129,17 +133,18 @@ func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rp
 		r.abandon(rpc)
 		return status.Errorf(codes.Internal, "weft: %s: encoding the reply: %v", method, err)
 	}
-	s.md.len = 0
-	return r.clientResponse(s, m, rpc, method, replyMsg)
+	rm.encode(s)
+	return r.clientResponse(s, m, rpc, method, replyMsg, opts)
 }
 
 // clientResponse runs the response path over the reply bytes in s.msg and decodes the result
 // into replyMsg.
-func (r *Runtime) clientResponse(s *callState, m cstr, rpc uint64, method string, replyMsg proto.Message) error {
+func (r *Runtime) clientResponse(s *callState, m cstr, rpc uint64, method string, replyMsg proto.Message, opts []grpc.CallOption) error {
 	rc := r.runResponse(s, sideClient, m, rpc, 0, "")
 	if rc != rcOK {
 		return failure(rc, s, "client response "+method)
 	}
+	showMetadata(s, opts)
 	switch s.verdict() {
 	case verdictReject:
 		return rejection(s)
@@ -154,17 +159,18 @@ func (r *Runtime) clientResponse(s *callState, m cstr, rpc uint64, method string
 
 // clientErrorResponse runs the response path for a failed RPC, so elements before the failure
 // see it (metrics count it, a circuit breaker opens); the chain may also turn it into a reply.
-func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method string, err error, replyMsg proto.Message) error {
+func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method string, err error, replyMsg proto.Message, rm *responseMeta, opts []grpc.CallOption) error {
 	if rpc == 0 {
 		return err
 	}
 	st := status.Convert(err)
-	s.md.len = 0
+	rm.encode(s)
 	s.msg.len = 0
 	rc := r.runResponse(s, sideClient, m, rpc, int32(st.Code()), st.Message())
 	if rc != rcOK {
 		return err
 	}
+	showMetadata(s, opts)
 	switch s.verdict() {
 	case verdictReject:
 		return rejection(s)
@@ -443,6 +449,12 @@ func (c *clientStream) RecvMsg(v any) error {
 		}
 		return nil
 	}
-	s.md.len = 0
-	return c.r.clientResponse(s, c.m, rpc, c.name, msg)
+	// The stream's headers have arrived with its first message; its trailers come only at
+	// its end, after every response.
+	if h, err := cs.Header(); err == nil {
+		s.encodeMD(h)
+	} else {
+		s.md.len = 0
+	}
+	return c.r.clientResponse(s, c.m, rpc, c.name, msg, nil)
 }

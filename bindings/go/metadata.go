@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -70,4 +71,40 @@ func (s *callState) parseMD(b []byte) metadata.MD {
 		md[k] = append(md[k], v)
 	}
 	return md
+}
+
+// responseMeta captures the headers and trailers of a response whose chain runs on the
+// client, so its elements read them (`get_rpc_header`) as the server sent them.
+type responseMeta struct{ header, trailer metadata.MD }
+
+// capture adds the call options that fill rm, without writing into the caller's slice.
+func (rm *responseMeta) capture(opts []grpc.CallOption) []grpc.CallOption {
+	return append(opts[:len(opts):len(opts)], grpc.Header(&rm.header), grpc.Trailer(&rm.trailer))
+}
+
+// encode passes the headers, then the trailers, as the response's metadata.
+func (rm *responseMeta) encode(s *callState) {
+	s.encodeMD(rm.header)
+	for k, vs := range rm.trailer {
+		if hasUpper(k) {
+			k = strings.ToLower(k)
+		}
+		for _, v := range vs {
+			s.md.appendPair(k, v)
+		}
+	}
+}
+
+// showMetadata gives the application the response metadata as the chain left it, through
+// its own grpc.Header options, when an element changed it.
+func showMetadata(s *callState, opts []grpc.CallOption) {
+	if !s.metadataChanged() {
+		return
+	}
+	md := s.decodeMD(s.outMetadata())
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok {
+			*h.HeaderAddr = md.Copy()
+		}
+	}
 }

@@ -601,3 +601,67 @@ func TestServerSeesOnlyObservedKeysAndHandlerSeesAll(t *testing.T) {
 	check("passed")
 	wantCode(t, call("blocked"), codes.PermissionDenied, "tenant blocked")
 }
+
+// loadMark sets a response header on the server side, as prequal_server and
+// servicerouter_server do.
+const loadMark = `state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    send(rpc, Down)
+
+resp(rpc):
+    set_rpc_header(rpc, 'x-load', '7')
+    send(rpc, Up)
+`
+
+// loadCheck reads it on the client side, as prequal_client and servicerouter_client do, and
+// rejects a response without it; it also tells the application what it read.
+const loadCheck = `state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    send(rpc, Down)
+
+resp(rpc):
+    if get_rpc_header(rpc, 'x-load') == '7':
+        set_rpc_header(rpc, 'x-seen', get_rpc_header(rpc, 'x-load'))
+        send(rpc, Up)
+    else:
+        send(err('no x-load header', FAILED_PRECONDITION), Up)
+`
+
+func TestClientChainSeesResponseHeaders(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{"loadmark.weft": loadMark, "loadcheck.weft": loadCheck} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
+		"    client:\n      - loadcheck\n    server:\n      - loadmark\n"
+	c, _ := mesh(t, cfg)
+	var header metadata.MD
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.Header(&header))
+	if err != nil {
+		t.Fatalf("the client chain must see the server chain's response header: %v", err)
+	}
+	if r.GetBody() != "hi" {
+		t.Fatalf("reply body %q", r.GetBody())
+	}
+	if got := header.Get("x-seen"); len(got) != 1 || got[0] != "7" {
+		t.Fatalf("the application's header option got x-seen = %q, want the chain's \"7\" (all: %v)", got, header)
+	}
+
+	// Without the server's element the header is missing, and the client chain says so.
+	c2, _ := mesh(t, strings.Replace(cfg, "    server:\n      - loadmark\n", "", 1))
+	_, err = c2.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	wantCode(t, err, codes.FailedPrecondition, "no x-load header")
+}
