@@ -602,40 +602,26 @@ func TestServerSeesOnlyObservedKeysAndHandlerSeesAll(t *testing.T) {
 	wantCode(t, call("blocked"), codes.PermissionDenied, "tenant blocked")
 }
 
+// responseOnly is an element that passes requests on and runs `resp` (indented lines) on
+// responses.
+func responseOnly(resp string) string {
+	return "state:\n    pass\n\ninit():\n    pass\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n" + resp
+}
+
 // loadMark sets a response header on the server side, as prequal_server and
 // servicerouter_server do.
-const loadMark = `state:
-    pass
-
-init():
-    pass
-
-req(rpc):
-    send(rpc, Down)
-
-resp(rpc):
-    set_rpc_header(rpc, 'x-load', '7')
+var loadMark = responseOnly(`    set_rpc_header(rpc, 'x-load', '7')
     send(rpc, Up)
-`
+`)
 
 // loadCheck reads it on the client side, as prequal_client and servicerouter_client do, and
 // rejects a response without it; it also tells the application what it read.
-const loadCheck = `state:
-    pass
-
-init():
-    pass
-
-req(rpc):
-    send(rpc, Down)
-
-resp(rpc):
-    if get_rpc_header(rpc, 'x-load') == '7':
+var loadCheck = responseOnly(`    if get_rpc_header(rpc, 'x-load') == '7':
         set_rpc_header(rpc, 'x-seen', get_rpc_header(rpc, 'x-load'))
         send(rpc, Up)
     else:
         send(err('no x-load header', FAILED_PRECONDITION), Up)
-`
+`)
 
 func TestClientChainSeesResponseHeaders(t *testing.T) {
 	dir := t.TempDir()
