@@ -38,6 +38,9 @@ type echoServer struct {
 	mu     sync.Mutex
 	last   *echopb.SayRequest
 	lastMD metadata.MD
+	// Response headers and trailers Say sets with grpc.SetHeader / SetTrailer, as an
+	// application handler may.
+	replyHeader, replyTrailer metadata.MD
 }
 
 func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
@@ -46,8 +49,25 @@ func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.S
 	e.mu.Lock()
 	e.last = proto.Clone(req).(*echopb.SayRequest)
 	e.lastMD = md
+	header, trailer := e.replyHeader, e.replyTrailer
 	e.mu.Unlock()
+	if header != nil {
+		if err := grpc.SetHeader(ctx, header); err != nil {
+			return nil, err
+		}
+	}
+	if trailer != nil {
+		if err := grpc.SetTrailer(ctx, trailer); err != nil {
+			return nil, err
+		}
+	}
 	return &echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}, nil
+}
+
+func (e *echoServer) setReplyMetadata(header, trailer metadata.MD) {
+	e.mu.Lock()
+	e.replyHeader, e.replyTrailer = header, trailer
+	e.mu.Unlock()
 }
 
 func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {

@@ -95,15 +95,31 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		ctx = metadata.NewIncomingContext(ctx, s.incomingAfter(ctx))
 	}
 
+	// When the response path runs, the handler's header and trailer calls are held back
+	// until it has: the chain sees them, and what it changes replaces them (grpc-go can only
+	// add to metadata once it has it).
+	var rec *headerRecorder
+	if rpc != 0 {
+		if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
+			rec = &headerRecorder{ServerTransportStream: sts}
+			defer func() { rec.flush() }()
+			ctx = grpc.NewContextWithServerTransportStream(ctx, rec)
+		}
+	}
+
 	resp, err := handler(ctx, req)
 	if rpc == 0 {
 		return resp, err
 	}
 	if err != nil {
 		st := status.Convert(err)
-		s.md.len, s.msg.len = 0, 0
+		rec.encode(s)
+		s.msg.len = 0
 		if r.runResponse(s, sideServer, m, rpc, int32(st.Code()), st.Message()) != rcOK {
 			return nil, err
+		}
+		if s.metadataChanged() {
+			rec.replace(ctx, s.decodeMD(s.outMetadata()))
 		}
 		switch s.verdict() {
 		case verdictReject:
@@ -123,15 +139,14 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		r.abandon(rpc)
 		return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
 	}
-	s.md.len = 0
+	rec.encode(s)
 	rc = r.runResponse(s, sideServer, m, rpc, 0, "")
 	if rc != rcOK {
 		out.Free()
 		return nil, failure(rc, s, "server response "+info.FullMethod)
 	}
 	if s.metadataChanged() {
-		// Response headers the chain set; best effort, as the handler may have sent them.
-		_ = grpc.SetHeader(ctx, s.decodeMD(s.outMetadata()))
+		rec.replace(ctx, s.decodeMD(s.outMetadata()))
 	}
 	switch s.verdict() {
 	case verdictReject:
@@ -424,4 +439,76 @@ func (h *handleQueue) drain() []uint64 {
 	q := h.q
 	h.q = nil
 	return q
+}
+
+// headerRecorder stands in for grpc-go's stream while a unary handler runs: it keeps the
+// headers and trailers the handler sets, for the response chain to see, and hands grpc-go
+// either those or the chain's version of them when the interceptor returns (flush).
+type headerRecorder struct {
+	grpc.ServerTransportStream
+	responseMeta
+	// The handler sent its headers itself (SendHeader): later header changes cannot follow.
+	sent bool
+	// The chain's response metadata, when it changed it.
+	chain metadata.MD
+}
+
+func (h *headerRecorder) SetHeader(md metadata.MD) error {
+	if h.sent {
+		return h.ServerTransportStream.SetHeader(md)
+	}
+	h.header = metadata.Join(h.header, md)
+	return nil
+}
+
+func (h *headerRecorder) SendHeader(md metadata.MD) error {
+	h.header = metadata.Join(h.header, md)
+	h.sent = true
+	return h.ServerTransportStream.SendHeader(h.header)
+}
+
+func (h *headerRecorder) SetTrailer(md metadata.MD) error {
+	h.trailer = metadata.Join(h.trailer, md)
+	return nil
+}
+
+// encode passes what the handler set as the response's metadata (none without a recorder).
+func (h *headerRecorder) encode(s *callState) {
+	if h == nil {
+		s.md.len = 0
+		return
+	}
+	h.responseMeta.encode(s)
+}
+
+// replace makes md, the chain's response metadata, what the client gets. Without a recorder
+// it can only be added to grpc-go's headers (best effort: the handler may have sent them).
+func (h *headerRecorder) replace(ctx context.Context, md metadata.MD) {
+	if h == nil {
+		_ = grpc.SetHeader(ctx, md)
+		return
+	}
+	h.chain = md
+}
+
+// flush hands grpc-go the response metadata: the chain's when it changed it (a key the
+// handler set as a trailer stays a trailer), else the handler's own.
+func (h *headerRecorder) flush() {
+	header, trailer := h.header, h.trailer
+	if h.chain != nil {
+		header, trailer = metadata.MD{}, metadata.MD{}
+		for k, vs := range h.chain {
+			if _, isTrailer := h.trailer[k]; isTrailer {
+				trailer[k] = vs
+			} else {
+				header[k] = vs
+			}
+		}
+	}
+	if len(header) > 0 && !h.sent {
+		_ = h.ServerTransportStream.SetHeader(header)
+	}
+	if len(trailer) > 0 {
+		_ = h.ServerTransportStream.SetTrailer(trailer)
+	}
 }

@@ -651,3 +651,41 @@ func TestClientChainSeesResponseHeaders(t *testing.T) {
 	_, err = c2.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
 	wantCode(t, err, codes.FailedPrecondition, "no x-load header")
 }
+
+// appHeaderCheck, on the server side, reads a response header the handler set.
+var appHeaderCheck = responseOnly(`    if get_rpc_header(rpc, 'x-app') == 'v1':
+        set_rpc_header(rpc, 'x-app-seen', 'yes')
+        send(rpc, Up)
+    else:
+        send(err('no x-app header', FAILED_PRECONDITION), Up)
+`)
+
+func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "appcheck.weft"), []byte(appHeaderCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
+		"    server:\n      - appcheck\n"
+	c, srv := mesh(t, cfg)
+	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), metadata.Pairs("x-done", "1"))
+	var header, trailer metadata.MD
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		t.Fatalf("the server chain must see the handler's header: %v", err)
+	}
+	// Each once, and the handler's trailer still a trailer after the chain changed the
+	// response's metadata.
+	for _, c := range []struct {
+		md        metadata.MD
+		key, want string
+	}{{header, "x-app", "v1"}, {header, "x-app-seen", "yes"}, {trailer, "x-done", "1"}} {
+		if got := c.md.Get(c.key); len(got) != 1 || got[0] != c.want {
+			t.Fatalf("client got %s = %q, want %q (header %v, trailer %v)", c.key, got, c.want, header, trailer)
+		}
+	}
+
+	srv.setReplyMetadata(nil, nil)
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
+}
