@@ -109,6 +109,12 @@ fn compile_error(e: protox::Error) -> SchemaError {
 }
 
 impl Schema {
+    /// The compiled files as a `FileDescriptorSet`'s bytes: equal for equal schemas, so two
+    /// loads can be compared (a reload keeps element state only over an unchanged schema).
+    pub fn encoded(&self) -> Vec<u8> {
+        self.pool.encode_to_vec()
+    }
+
     /// Compiles `files`. With no `include_dirs`, each file's own directory is an include
     /// directory, which suits the common case of self-contained protos next to each other.
     pub fn load<P: AsRef<Path>>(files: &[P], include_dirs: &[P]) -> Result<Schema, SchemaError> {

@@ -125,6 +125,9 @@ pub(crate) struct Segment {
 struct Origin {
     use_: weft_ir::config::ElementUse,
     source: String,
+    /// The edge's compiled protos ([`weft_ir::schema::Schema::encoded`]): a cache holding
+    /// responses, or any state built from messages, is kept only while they mean the same.
+    schema: Arc<[u8]>,
 }
 
 impl Segment {
@@ -371,6 +374,7 @@ fn build_segment(
     let positions = side_elements(layout, side);
     let mut instances = Vec::with_capacity(positions.len());
     let mut origins = Vec::with_capacity(positions.len());
+    let schema: Arc<[u8]> = loaded.schema.encoded().into();
     let mut channels = Channels(options.channels.as_ref());
     for &k in &positions {
         instances.push(start_instance(
@@ -384,6 +388,7 @@ fn build_segment(
         origins.push(Origin {
             use_: loaded.elements[k].use_.clone(),
             source: loaded.elements[k].source.text.clone(),
+            schema: Arc::clone(&schema),
         });
     }
     if let Some(before) = before {

@@ -103,3 +103,45 @@ fn a_cache_stays_warm_across_a_reload() {
         "the cache keeps its entries across the reload"
     );
 }
+
+#[test]
+fn a_changed_schema_starts_the_cache_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let proto = std::fs::read_to_string(examples().join("echo/echo.proto")).unwrap();
+    std::fs::write(dir.path().join("echo.proto"), &proto).unwrap();
+    let cache = "cache: {field: user}";
+    let yaml = echo_edge(&[cache], &[]);
+    let client = Engine::open_yaml(&yaml, dir.path(), "frontend", options()).unwrap();
+    let server = Engine::open_yaml(&yaml, dir.path(), "echo", options()).unwrap();
+    let reached = |client: &Engine| {
+        let seen = round_trip(
+            client,
+            &server,
+            no_metadata(),
+            two_strings("alice", "hi"),
+            |_| ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        );
+        match seen {
+            Seen::Answer { reached, .. } => reached,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(reached(&client));
+    assert!(!reached(&client), "answered by the cache");
+
+    // The reply type gains a field: stored replies were encoded for the old one.
+    let grown = proto.replace(
+        "  string served_by = 2;\n}",
+        "  string served_by = 2;\n  int64 at = 3;\n}",
+    );
+    assert_ne!(grown, proto);
+    std::fs::write(dir.path().join("echo.proto"), grown).unwrap();
+    installed(client.reload().unwrap());
+    assert!(
+        reached(&client),
+        "a cache built under another schema must not answer"
+    );
+}
