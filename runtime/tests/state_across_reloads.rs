@@ -35,6 +35,25 @@ fn passes(client: &Engine) -> bool {
     }
 }
 
+/// Whether one request from alice reached the server application (`false`: a local reply,
+/// here the cache's).
+fn reached(client: &Engine, server: &Engine) -> bool {
+    let seen = round_trip(
+        client,
+        server,
+        no_metadata(),
+        two_strings("alice", "hi"),
+        |_| ServerResponse::Ok {
+            message: two_strings("hi", "echo-0"),
+            metadata: no_metadata(),
+        },
+    );
+    match seen {
+        Seen::Answer { reached, .. } => reached,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 fn installed(r: Reloaded) {
     assert!(matches!(r, Reloaded::Installed(_)), "{r:?}");
 }
@@ -68,28 +87,12 @@ fn a_cache_stays_warm_across_a_reload() {
     let cache = "cache: {field: user}";
     let client = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "frontend", options()).unwrap();
     let server = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "echo", options()).unwrap();
-    let ask = |client: &Engine| {
-        round_trip(
-            client,
-            &server,
-            no_metadata(),
-            two_strings("alice", "hi"),
-            |_| ServerResponse::Ok {
-                message: two_strings("hi", "echo-0"),
-                metadata: no_metadata(),
-            },
-        )
-    };
-    let reached = |seen: Seen| match seen {
-        Seen::Answer { reached, .. } => reached,
-        other => panic!("unexpected {other:?}"),
-    };
     assert!(
-        reached(ask(&client)),
+        reached(&client, &server),
         "the first request reaches the server"
     );
     assert!(
-        !reached(ask(&client)),
+        !reached(&client, &server),
         "the second is answered by the cache"
     );
 
@@ -99,7 +102,7 @@ fn a_cache_stays_warm_across_a_reload() {
             .unwrap(),
     );
     assert!(
-        !reached(ask(&client)),
+        !reached(&client, &server),
         "the cache keeps its entries across the reload"
     );
 }
@@ -113,24 +116,8 @@ fn a_changed_schema_starts_the_cache_afresh() {
     let yaml = echo_edge(&[cache], &[]);
     let client = Engine::open_yaml(&yaml, dir.path(), "frontend", options()).unwrap();
     let server = Engine::open_yaml(&yaml, dir.path(), "echo", options()).unwrap();
-    let reached = |client: &Engine| {
-        let seen = round_trip(
-            client,
-            &server,
-            no_metadata(),
-            two_strings("alice", "hi"),
-            |_| ServerResponse::Ok {
-                message: two_strings("hi", "echo-0"),
-                metadata: no_metadata(),
-            },
-        );
-        match seen {
-            Seen::Answer { reached, .. } => reached,
-            other => panic!("unexpected {other:?}"),
-        }
-    };
-    assert!(reached(&client));
-    assert!(!reached(&client), "answered by the cache");
+    assert!(reached(&client, &server));
+    assert!(!reached(&client, &server), "answered by the cache");
 
     // The reply type gains a field: stored replies were encoded for the old one.
     let grown = proto.replace(
@@ -141,7 +128,7 @@ fn a_changed_schema_starts_the_cache_afresh() {
     std::fs::write(dir.path().join("echo.proto"), grown).unwrap();
     installed(client.reload().unwrap());
     assert!(
-        reached(&client),
+        reached(&client, &server),
         "a cache built under another schema must not answer"
     );
 }
