@@ -69,8 +69,10 @@ bench: deps
 	$(MAKE) go-bench
 
 # The loom model of compiled-code lifetime (its own target dir: --cfg loom rebuilds all).
+# No debug info: nobody debugs this build, and it kept ~800 MB on disk.
 loom: deps
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p weft-jit --release --test loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false \
+		$(CARGO) test -p weft-jit --release --test loom
 
 # The planner's differential soundness test at 100 000 random chains, layouts and RPC
 # streams (release build; `make test` runs 10 000). Prints the converse rate too.

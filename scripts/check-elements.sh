@@ -3,7 +3,9 @@
 # (the CLI path users take), not only through the library API the unit tests use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q --bin weft
+# The same build as `make test`'s, so this is a no-op there: `--bin weft` alone resolves other
+# dependency features and compiled a second copy of Cranelift and wasmtime.
+cargo build -q --workspace --all-targets
 ./target/debug/weft check --proto examples/echo/echo.proto elements/*.weft
 ./target/debug/weft sim --config examples/echo/weft.yaml --edge 'frontend->echo' \
     --trace examples/echo/trace.jsonl >/dev/null

@@ -43,8 +43,8 @@ fn check_accepts_every_standard_element() {
 
 #[test]
 fn check_reports_errors_with_location_caret_and_hint_and_exits_1() {
-    let dir = std::env::temp_dir().join(format!("weft-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let bad = dir.join("bad.weft");
     std::fs::write(&bad, "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    x = get(rpc, 'usr')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n").unwrap();
     let out = weft(&[
@@ -89,8 +89,8 @@ fn props_prints_the_property_record_with_parameters_bound() {
 
 #[test]
 fn sim_runs_the_example_chain() {
-    let dir = std::env::temp_dir().join(format!("weft-cli-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let channels = dir.join("channels.jsonl");
     let state = dir.join("state.json");
     let out = weft(&[
@@ -206,8 +206,8 @@ fn bad_inputs_get_a_clear_answer() {
 
 #[test]
 fn sim_gives_the_same_run_with_either_executor() {
-    let dir = std::env::temp_dir().join(format!("weft-cli-exec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let mut runs = Vec::new();
     for executor in ["interp", "jit"] {
         let channels = dir.join(format!("{executor}.jsonl"));
@@ -371,8 +371,8 @@ fn equiv_answers_with_a_reason_and_exit_code() {
 
 #[test]
 fn plan_reports_contradictory_pins_naming_edge_and_element() {
-    let dir = std::env::temp_dir().join(format!("weft-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let cfg = dir.join("weft.yaml");
     std::fs::write(
         &cfg,
