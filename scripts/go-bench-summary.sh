@@ -3,7 +3,7 @@
 # what the hand-written interceptors and Weft add over no interceptors.
 set -euo pipefail
 awk '
-/^Benchmark(Echo|Interceptor|ServerInterceptor)\// {
+/^Benchmark(Echo|Interceptor|ServerInterceptor|InterceptorCold|ServerInterceptorCold)\// {
     name = $1; sub(/-[0-9]+$/, "", name)
     for (i = 2; i <= NF; i++) {
         if ($(i+1) == "ns/op") ns[name, ++n[name]] = $i
@@ -19,7 +19,7 @@ function median(name, arr,   k, j, t, c, v) {
     return (c % 2) ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
 }
 END {
-    ng = split("Echo Interceptor ServerInterceptor", groups, " ")
+    ng = split("Echo Interceptor InterceptorCold ServerInterceptor ServerInterceptorCold", groups, " ")
     for (g = 1; g <= ng; g++) {
         delete m; delete mc
         base = "Benchmark" groups[g] "/none"

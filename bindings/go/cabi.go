@@ -44,12 +44,16 @@ static int32_t go_weft_finish(WeftRuntime *rt, WeftCall *c, int32_t rc, char *er
 	return rc;
 }
 
-static int32_t go_weft_request(WeftRuntime *rt, int32_t side, WeftCall *c, char *err, size_t errcap) {
-	return go_weft_finish(rt, c, weft_request(rt, side, c), err, errcap);
+// The per-RPC calls take their pointers as integers: cgo checks every pointer argument for
+// Go memory on each call (a few percent of a call), and these all point to C memory.
+static int32_t go_weft_request(uintptr_t rt, int32_t side, uintptr_t c, uintptr_t err, size_t errcap) {
+	return go_weft_finish((WeftRuntime *)rt, (WeftCall *)c,
+	                      weft_request((WeftRuntime *)rt, side, (WeftCall *)c), (char *)err, errcap);
 }
 
-static int32_t go_weft_response(WeftRuntime *rt, int32_t side, WeftCall *c, char *err, size_t errcap) {
-	return go_weft_finish(rt, c, weft_response(rt, side, c), err, errcap);
+static int32_t go_weft_response(uintptr_t rt, int32_t side, uintptr_t c, uintptr_t err, size_t errcap) {
+	return go_weft_finish((WeftRuntime *)rt, (WeftCall *)c,
+	                      weft_response((WeftRuntime *)rt, side, (WeftCall *)c), (char *)err, errcap);
 }
 
 // The keys come back in a malloc'd buffer (the caller frees it), grown here when too small.
@@ -98,6 +102,10 @@ const (
 	rcBuffer   = C.WEFT_E_BUFFER
 	rcPanic    = C.WEFT_E_PANIC
 	rcMetadata = C.WEFT_E_METADATA
+
+	// versionHeader is the metadata key the first Weft hop stamps (the library's
+	// VERSION_HEADER).
+	versionHeader = "weft-version"
 )
 
 // Diagnostics for a broken element can be long (source line, caret, hint, several errors);
@@ -233,6 +241,10 @@ func outBytes(b *C.WeftBuf) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(b.ptr)), int(b.len))
 }
 
+// cAddr passes a pointer to C memory as an integer; the memory is the library's or
+// C.malloc'd, so the garbage collector neither moves nor frees it.
+func cAddr(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
+
 func (s *callState) errorText() string { return C.GoString(s.err) }
 
 // prepare fills the inputs that both directions share. The message and metadata must already
@@ -256,7 +268,7 @@ func (s *callState) request(h *C.WeftRuntime, side C.int32_t, method cstr) C.int
 	s.c.status_code = 0
 	s.c.status_message_len = 0
 	s.c.metadata_keys_version = C.uint64_t(s.keysVersion)
-	return C.go_weft_request(h, side, s.c, s.err, errCap)
+	return C.go_weft_request(cAddr(unsafe.Pointer(h)), side, cAddr(unsafe.Pointer(s.c)), cAddr(unsafe.Pointer(s.err)), errCap)
 }
 
 // response runs the response path of the RPC that request returned rpc for. code != 0 is an
@@ -275,7 +287,7 @@ func (s *callState) response(h *C.WeftRuntime, side C.int32_t, method cstr, rpc 
 		s.c.status_message = nil
 		s.c.status_message_len = 0
 	}
-	return C.go_weft_response(h, side, s.c, s.err, errCap)
+	return C.go_weft_response(cAddr(unsafe.Pointer(h)), side, cAddr(unsafe.Pointer(s.c)), cAddr(unsafe.Pointer(s.err)), errCap)
 }
 
 // metadataKeys asks the library which request metadata keys the chain observes for a method
@@ -299,6 +311,7 @@ func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool)
 		ks.keys = append(ks.keys, string(b[:n]))
 		b = b[n:]
 	}
+	ks.stampOnly = ks.version != 0 && len(ks.keys) == 1 && ks.keys[0] == versionHeader
 	return ks, true
 }
 

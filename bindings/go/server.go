@@ -49,7 +49,8 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	mi := r.methodInfo(info.FullMethod)
 	m := mi.c
-	if ks := r.serverKeys(mi, false); ks != nil && ks.version != 0 {
+	ks := r.serverKeys(mi, false)
+	if ks != nil && ks.version != 0 {
 		// Only the keys the chain observes: copying all of the request's metadata out of
 		// the context (FromIncomingContext) and encoding it was a sixth of this
 		// interceptor's time (BenchmarkServerInterceptor).
@@ -99,7 +100,10 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	// until it has: the chain sees them, and what it changes replaces them (grpc-go can only
 	// add to metadata once it has it).
 	var rec *headerRecorder
-	if rpc != 0 {
+	// Without a response path, or when the chain that ran observes no metadata, the
+	// handler's metadata goes to grpc-go directly.
+	observes := s.keysVersion == 0 || !ks.stampOnly
+	if rpc != 0 && observes {
 		if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
 			rec = &headerRecorder{ServerTransportStream: sts}
 			defer func() { rec.flush() }()

@@ -55,6 +55,9 @@ type methodInfo struct {
 type keySet struct {
 	version uint64
 	keys    []string
+	// stampOnly: the only key is weft-version, which the library reads to pick the version;
+	// no element reads or writes metadata.
+	stampOnly bool
 }
 
 // ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than

@@ -689,3 +689,22 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
 	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
 }
+
+// A server chain that observes no metadata (metrics) leaves the handler's headers and
+// trailers to grpc-go, unrecorded: they still arrive, once each.
+func TestHandlerMetadataPassesAChainThatObservesNone(t *testing.T) {
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nedges:\n  frontend->echo:\n" +
+		"    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n"
+	c, srv := mesh(t, cfg)
+	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), metadata.Pairs("x-done", "1"))
+	var header, trailer metadata.MD
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get("x-app"); len(got) != 1 || got[0] != "v1" {
+		t.Fatalf("header x-app = %q, want [v1] (header %v)", got, header)
+	}
+	if got := trailer.Get("x-done"); len(got) != 1 || got[0] != "1" {
+		t.Fatalf("trailer x-done = %q, want [1] (trailer %v)", got, trailer)
+	}
+}

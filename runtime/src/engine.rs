@@ -168,6 +168,11 @@ impl Rpc {
     pub fn header_keys(&self) -> Option<&[String]> {
         self.version.segments[self.segment].header_keys[self.method].as_deref()
     }
+
+    /// Of those, the keys to decode for elements ([`Prepared::visible_keys`]).
+    pub fn visible_keys(&self) -> Option<&[String]> {
+        self.version.segments[self.segment].visible_keys[self.method].as_deref()
+    }
 }
 
 /// A request's version and segment, chosen before its metadata is decoded.
@@ -178,12 +183,20 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The metadata keys the segment's elements can read or write (with `weft-version` and
-    /// `dst`, which the engine reads); `None` when they may observe all of it. Keys left out
+    /// The metadata keys the segment's elements can read or write (with those the engine
+    /// reads: `weft-version`, and `dst` on the client side); `None` when they may observe
+    /// all of it. Keys left out
     /// of the metadata given to [`Engine::run_request`] are neither seen nor changed by the
     /// chain, so a caller may keep them aside and pass them on as they were.
     pub fn header_keys(&self) -> Option<&[String]> {
         self.version.segments[self.route.segment].header_keys[self.route.method].as_deref()
+    }
+
+    /// Of [`Prepared::header_keys`], the keys to decode into the metadata elements see: the
+    /// rest (a server's `weft-version`, which only picks the version) can pass through
+    /// undecoded. `None` when elements may observe all of it.
+    pub fn visible_keys(&self) -> Option<&[String]> {
+        self.version.segments[self.route.segment].visible_keys[self.route.method].as_deref()
     }
 
     /// The local install number of the version the request will run in.

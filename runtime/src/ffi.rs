@@ -475,7 +475,7 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
                 ),
             });
         }
-        let metadata = decode_metadata(input.metadata, prepared.header_keys())?;
+        let metadata = decode_metadata(input.metadata, prepared.visible_keys())?;
         let out = rt
             .engine
             .run_request(prepared, metadata.visible, input.message.to_vec())?;
@@ -518,7 +518,7 @@ pub unsafe extern "C" fn weft_response(
                 call.rpc
             )));
         };
-        let metadata = decode_metadata(input.metadata, rpc.header_keys())?;
+        let metadata = decode_metadata(input.metadata, rpc.visible_keys())?;
         let response = match call.status_code {
             0 => ServerResponse::Ok {
                 message: input.message.to_vec(),

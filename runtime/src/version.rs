@@ -112,6 +112,8 @@ pub(crate) struct Segment {
     /// By method index: the metadata keys elements can observe ([`header_keys`]); `None`
     /// when some element sees the message whole.
     pub header_keys: Vec<Option<Vec<String>>>,
+    /// By method index: the keys decoded for elements to see ([`HeaderKeys::visible`]).
+    pub visible_keys: Vec<Option<Vec<String>>>,
     /// By method index: no response handler of the segment can have an effect (no write,
     /// no stop, no reorder, and channel records only when nothing observes them), so a
     /// forwarded request needs no response call.
@@ -397,9 +399,16 @@ fn build_segment(
     let mut compiled = Vec::with_capacity(loaded.methods.len());
     let mut rpc_template = Vec::with_capacity(loaded.methods.len());
     let mut keys = Vec::with_capacity(loaded.methods.len());
+    let mut visible = Vec::with_capacity(loaded.methods.len());
     let mut inert = Vec::with_capacity(loaded.methods.len());
     for method in &loaded.methods {
-        keys.push(header_keys(loaded, &positions, &method.full_name));
+        let method_keys = header_keys(loaded, &positions, &method.full_name, side);
+        let (passed, shown) = match method_keys {
+            Some(HeaderKeys { passed, visible }) => (Some(passed), Some(visible)),
+            None => (None, None),
+        };
+        keys.push(passed);
+        visible.push(shown);
         inert.push(response_inert(
             loaded,
             &positions,
@@ -443,6 +452,7 @@ fn build_segment(
         compiled,
         rpc_template,
         header_keys: keys,
+        visible_keys: visible,
         response_inert: inert,
     })
 }
@@ -471,17 +481,18 @@ fn response_inert(
     })
 }
 
-/// The metadata keys a segment's elements can read or write for one method, plus the two
-/// the engine reads itself; `None` when an element sees the message whole (forwards it into
-/// state or a channel, hashes it, reads a header by a computed name, replaces it). Only
-/// these keys need decoding for elements: the rest pass through unseen and unchanged, which
-/// they would be anyway. The planner's abstraction is the authority on what a handler
+/// The metadata keys a segment's elements can read or write for one method, plus those the
+/// engine reads itself (`weft-version`, and `dst` on the client side); `None` when an
+/// element sees the message whole (forwards it into state or a channel, hashes it, reads a
+/// header by a computed name, replaces it). Only these keys need decoding for elements: the
+/// rest pass through unseen and unchanged, which they would be anyway. The planner's abstraction is the authority on what a handler
 /// reads; the equivalence checker relies on the same sets.
 pub(crate) fn header_keys(
     loaded: &LoadedEdge,
     positions: &[usize],
     method: &str,
-) -> Option<Vec<String>> {
+    side: Side,
+) -> Option<HeaderKeys> {
     fn add_input(keys: &mut Vec<String>, input: &Input) -> Option<()> {
         match input {
             Input::Whole => return None,
@@ -496,7 +507,7 @@ pub(crate) fn header_keys(
         }
         Some(())
     }
-    let mut keys = vec![VERSION_HEADER.to_owned(), ROUTE_HEADER.to_owned()];
+    let mut keys = Vec::new();
     for &k in positions {
         let el = &loaded.elements[k];
         let Some(ir) = el.ir.get(method) else {
@@ -519,7 +530,34 @@ pub(crate) fn header_keys(
             }
         }
     }
-    Some(keys)
+    // The engine reads `dst` only to route a client's request: a server has been reached
+    // already, and looking up a key a request lacks is what costs most in grpc-go
+    // (`ValueFromIncomingContext` then compares every key, case-folded).
+    let engine: &[&str] = match side {
+        Side::Client => &[VERSION_HEADER, ROUTE_HEADER],
+        Side::Server => &[VERSION_HEADER],
+    };
+    let mut passed: Vec<String> = engine.iter().map(|k| (*k).to_owned()).collect();
+    passed.extend(
+        keys.iter()
+            .filter(|k| !engine.contains(&k.as_str()))
+            .cloned(),
+    );
+    // A client stamps `weft-version` and routes by `dst` in the metadata elements see; a
+    // server only reads the stamp to pick the version (from the encoding, not a map).
+    let visible = match side {
+        Side::Client => passed.clone(),
+        Side::Server => keys,
+    };
+    Some(HeaderKeys { passed, visible })
+}
+
+/// The metadata keys of one method's segment ([`header_keys`]).
+pub(crate) struct HeaderKeys {
+    /// What a caller must pass: the keys elements observe and those the engine reads.
+    pub passed: Vec<String>,
+    /// What is decoded for elements to see; every other key passes through untouched.
+    pub visible: Vec<String>,
 }
 
 /// Gives each new instance whose element is unchanged (same name, parameters, `state:` and

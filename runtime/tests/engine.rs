@@ -422,8 +422,16 @@ fn only_the_headers_elements_observe_are_decoded() {
     // logging sends the whole request to a channel: every header.
     assert_eq!(keys("frontend", Side::Client), None);
     // metrics reads none; prequal_server writes its load headers on responses.
+    // A server reads the stamp but not `dst`, which only routes a client's request.
     let server = keys("echo", Side::Server).unwrap();
-    assert_eq!(server[..2], ["weft-version", "dst"]);
+    assert_eq!(server[0], "weft-version");
+    assert!(!server.iter().any(|k| k == "dst"), "{server:?}");
+    // Its elements do not see the stamp; they see what they read and write.
+    let e = Engine::open_yaml(&yaml, examples().join("echo"), "echo", options()).unwrap();
+    let p = e.prepare(Side::Server, "/echo.Echo/Say", None).unwrap();
+    let visible = p.visible_keys().unwrap();
+    assert!(!visible.iter().any(|k| k == "weft-version"), "{visible:?}");
+    assert_eq!(visible, &server[1..]);
     assert!(
         server.iter().any(|k| k.starts_with("prequal-")),
         "{server:?}"

@@ -10,8 +10,8 @@ use std::ffi::CString;
 
 use common::{echo_edge, examples};
 use weft_runtime::ffi::{
-    WEFT_OK, WEFT_SIDE_CLIENT, WeftBuf, WeftCall, weft_close, weft_open_yaml, weft_request,
-    weft_rpc_abandon,
+    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_open_yaml,
+    weft_request, weft_rpc_abandon,
 };
 use weft_runtime::metadata::{self, Keys};
 
@@ -24,6 +24,30 @@ fn encode(pairs: &[(&str, &[u8])]) -> Vec<u8> {
         v.extend_from_slice(val);
     }
     v
+}
+
+fn call_with(md: &[u8], m: &mut Vec<u8>, meta: &mut Vec<u8>, route: &mut Vec<u8>) -> WeftCall {
+    let method = b"/echo.Echo/Say";
+    WeftCall {
+        method: method.as_ptr(),
+        method_len: method.len(),
+        metadata: md.as_ptr(),
+        metadata_len: md.len(),
+        message: std::ptr::null(),
+        message_len: 0,
+        rpc: 0,
+        status_code: 0,
+        status_message: std::ptr::null(),
+        status_message_len: 0,
+        metadata_keys_version: 0,
+        verdict: 0,
+        code: 0,
+        message_changed: 0,
+        metadata_changed: 0,
+        out_message: out(m),
+        out_metadata: out(meta),
+        route: out(route),
+    }
 }
 
 fn out(buf: &mut Vec<u8>) -> WeftBuf {
@@ -97,6 +121,52 @@ fn keys_no_element_observes_survive_the_stamp() {
             ("x-tenant".to_owned(), b"t2".to_vec())
         ]
     );
+    // SAFETY: the runtime is live and used by no other thread.
+    unsafe {
+        weft_rpc_abandon(rt, call.rpc);
+        weft_close(rt);
+    }
+}
+
+#[test]
+fn a_servers_stamp_passes_through_undecoded_and_comes_back_once() {
+    // A server reads `weft-version` only to pick the version, so elements do not see it; when
+    // an element changes the metadata, the stamp must still go on, once and unchanged.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("mark.weft"),
+        "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    set_rpc_header(rpc, 'x-seen', 'yes')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n",
+    )
+    .unwrap();
+    let yaml = echo_edge(&[], &["mark"]).replace(
+        "protos: [echo.proto]",
+        &format!(
+            "protos: [echo.proto]\nelement_paths: [{}]",
+            dir.path().display()
+        ),
+    );
+    let yaml = CString::new(yaml).unwrap();
+    let base = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
+    assert!(!rt.is_null());
+    let md = encode(&[
+        ("weft-version", b"from-the-client"),
+        ("user-agent", b"grpc-go"),
+    ]);
+    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+    let mut call = call_with(&md, &mut m, &mut meta, &mut route);
+    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+    assert_eq!(
+        unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) },
+        WEFT_OK
+    );
+    assert_eq!(call.metadata_changed, 1);
+    let back = metadata::decode(&meta[..call.out_metadata.len], Keys::All).unwrap();
+    assert_eq!(back.visible["x-seen"], "yes");
+    assert_eq!(back.visible["weft-version"], "from-the-client");
+    assert_eq!(back.visible["user-agent"], "grpc-go");
+    assert!(back.passthrough.is_empty(), "{:?}", back.passthrough);
     // SAFETY: the runtime is live and used by no other thread.
     unsafe {
         weft_rpc_abandon(rt, call.rpc);
