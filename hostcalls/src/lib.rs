@@ -12,6 +12,7 @@ pub mod clock;
 pub mod rng;
 pub mod state;
 pub mod status;
+pub mod text;
 pub mod value;
 
 pub use builtins::BuiltinError;

@@ -633,7 +633,7 @@ pub fn found_str<'m>(
 }
 
 fn utf8<'m>(v: Seg<'m>, field: &str) -> Result<&'m str, WireError> {
-    std::str::from_utf8(v.bytes).map_err(|_| WireError::InvalidUtf8 {
+    weft_hostcalls::text::utf8(v.bytes).map_err(|_| WireError::InvalidUtf8 {
         field: field.to_owned(),
         offset: v.base,
     })

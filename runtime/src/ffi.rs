@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use weft_hostcalls::Code;
+use weft_hostcalls::text::utf8;
 
 use crate::Side;
-use crate::engine::{Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
+use crate::engine::{self, Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
 use crate::error::EngineError;
 use crate::metadata::{self, Decoded, Keys};
 use crate::version::EngineOptions;
@@ -435,8 +436,8 @@ unsafe fn read_input<'a>(call: &WeftCall) -> Result<CallInput<'a>, FfiError> {
             bytes(call.message, call.message_len, "message")?,
         )
     };
-    let method = std::str::from_utf8(method)
-        .map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
+    let method =
+        utf8(method).map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
     Ok(CallInput {
         method,
         metadata,
@@ -478,11 +479,13 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         let metadata = decode_metadata(input.metadata, prepared.visible_keys())?;
         let out = rt
             .engine
-            .run_request(prepared, metadata.visible, input.message.to_vec())?;
+            .run_request_from(prepared, metadata.visible, input.message)?;
         if let Some(rpc) = out.rpc {
             call.rpc = rt.rpcs.insert(rpc);
         }
-        write_verdict(rt, call, &out.verdict, &metadata.passthrough)
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough);
+        engine::recycle(out.verdict);
+        rc
     })
 }
 
@@ -519,22 +522,25 @@ pub unsafe extern "C" fn weft_response(
             )));
         };
         let metadata = decode_metadata(input.metadata, rpc.visible_keys())?;
-        let response = match call.status_code {
-            0 => ServerResponse::Ok {
-                message: input.message.to_vec(),
-                metadata: metadata.visible,
-            },
-            n => ServerResponse::Error {
-                code: u32::try_from(n)
-                    .ok()
-                    .and_then(Code::from_number)
-                    .unwrap_or(Code::Unknown),
-                message: String::from_utf8_lossy(status_message).into_owned(),
-                metadata: metadata.visible,
-            },
+        let out = match call.status_code {
+            0 => rt
+                .engine
+                .process_response_from(rpc, metadata.visible, input.message)?,
+            n => {
+                let response = ServerResponse::Error {
+                    code: u32::try_from(n)
+                        .ok()
+                        .and_then(Code::from_number)
+                        .unwrap_or(Code::Unknown),
+                    message: String::from_utf8_lossy(status_message).into_owned(),
+                    metadata: metadata.visible,
+                };
+                rt.engine.process_response(rpc, response)?
+            }
         };
-        let out = rt.engine.process_response(rpc, response)?;
-        write_verdict(rt, call, &out.verdict, &metadata.passthrough)
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough);
+        engine::recycle(out.verdict);
+        rc
     })
 }
 
@@ -609,8 +615,8 @@ pub unsafe extern "C" fn weft_metadata_keys(
     guarded(|| {
         // SAFETY: the caller passes NULL or a live runtime and a readable method name.
         let (rt, method) = unsafe { (runtime(rt)?, bytes(method, method_len, "method")?) };
-        let method = std::str::from_utf8(method)
-            .map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
+        let method =
+            utf8(method).map_err(|e| FfiError::argument(format!("`method` is not UTF-8: {e}")))?;
         if out.is_null() || version.is_null() {
             return Err(FfiError::argument("`out` or `version` is NULL"));
         }

@@ -8,6 +8,9 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+use weft_hostcalls::text::utf8;
+
 use crate::engine::Metadata;
 
 /// Which keys elements may see: all of them, or only these (lower-case).
@@ -27,11 +30,12 @@ impl Keys<'_> {
 }
 
 /// Metadata split into what elements see and what passes through untouched. The
-/// pass-through entries borrow the caller's buffer, which outlives the call.
+/// pass-through entries borrow the caller's buffer, which outlives the call; a few fit
+/// without an allocation (a server's stamp is one, on every request).
 #[derive(Debug, Default, PartialEq)]
 pub struct Decoded<'a> {
     pub visible: Metadata,
-    pub passthrough: Vec<Raw<'a>>,
+    pub passthrough: SmallVec<[Raw<'a>; 2]>,
 }
 
 /// One entry as it stands in the buffer, its key validated and lower-cased.
@@ -57,7 +61,7 @@ fn entries(mut bytes: &[u8]) -> impl Iterator<Item = Result<Entry<'_>, String>> 
             bytes = &[];
             return Some(Err(truncated(this, "value")));
         };
-        let key = match std::str::from_utf8(key) {
+        let key = match utf8(key) {
             Ok(k) if !k.is_empty() && k.is_ascii() => k,
             _ => {
                 bytes = &[];
@@ -83,7 +87,7 @@ pub fn find<'a>(bytes: &'a [u8], key: &str) -> Result<Option<&'a str>, String> {
     for e in entries(bytes) {
         let e = e?;
         if found.is_none() && e.key == key {
-            found = std::str::from_utf8(e.value).ok();
+            found = utf8(e.value).ok();
         }
     }
     Ok(found)
@@ -95,7 +99,7 @@ pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String
     let mut out = Decoded::default();
     for e in entries(bytes) {
         let Entry { key, value } = e?;
-        match std::str::from_utf8(value) {
+        match utf8(value) {
             Ok(v) if keys.wants(&key) && !out.visible.contains_key(key.as_ref()) => {
                 out.visible.insert(key.into_owned(), v.to_owned());
             }
@@ -182,7 +186,7 @@ mod tests {
         assert_eq!(bytes.len(), encoded_len(&visible, &pass));
         let d = decode(&bytes, Keys::All).unwrap();
         assert_eq!(d.visible, visible);
-        assert_eq!(d.passthrough, pass);
+        assert_eq!(d.passthrough.as_slice(), pass.as_slice());
     }
 
     #[test]
@@ -212,7 +216,7 @@ mod tests {
         let all = decode(&again, Keys::All).unwrap();
         assert_eq!(all.visible.len(), 3);
         assert_eq!(all.visible["user-agent"], "grpc-go");
-        assert_eq!(all.passthrough, [raw("trace-bin", &[0xff])]);
+        assert_eq!(all.passthrough.as_slice(), [raw("trace-bin", &[0xff])]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The C ABI hands elements only the metadata keys they can observe; every other key must
-//! come back unchanged whenever the chain returns new metadata.
+//! come back unchanged whenever the chain returns new metadata. And what one call leaves
+//! behind for reuse (its message's buffers) must never show in the next.
 
 // Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -8,10 +9,11 @@ mod common;
 
 use std::ffi::CString;
 
-use common::{echo_edge, examples};
+use common::{echo_edge, examples, two_strings};
 use weft_runtime::ffi::{
-    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_open_yaml,
-    weft_request, weft_rpc_abandon,
+    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REPLY, WeftBuf,
+    WeftCall, WeftRuntime, weft_close, weft_open_yaml, weft_request, weft_response,
+    weft_rpc_abandon,
 };
 use weft_runtime::metadata::{self, Keys};
 
@@ -172,4 +174,91 @@ fn a_servers_stamp_passes_through_undecoded_and_comes_back_once() {
         weft_rpc_abandon(rt, call.rpc);
         weft_close(rt);
     }
+}
+
+/// What one call returned: verdict, output message and metadata (when changed), rpc handle.
+struct Returned {
+    verdict: i32,
+    message: Option<Vec<u8>>,
+    metadata: Option<Vec<u8>>,
+    rpc: u64,
+}
+
+/// One request (`rpc == 0`) or response call on the client side, with fresh buffers.
+fn client_call(rt: *mut WeftRuntime, rpc: u64, md: &[u8], message: &[u8]) -> Returned {
+    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+    let mut call = call_with(md, &mut m, &mut meta, &mut route);
+    call.message = message.as_ptr();
+    call.message_len = message.len();
+    call.rpc = rpc;
+    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+    let rc = unsafe {
+        if rpc == 0 {
+            weft_request(rt, WEFT_SIDE_CLIENT, &mut call)
+        } else {
+            weft_response(rt, WEFT_SIDE_CLIENT, &mut call)
+        }
+    };
+    assert_eq!(rc, WEFT_OK);
+    Returned {
+        verdict: call.verdict,
+        message: (call.message_changed == 1 || call.verdict == WEFT_VERDICT_REPLY)
+            .then(|| m[..call.out_message.len].to_vec()),
+        metadata: (call.metadata_changed == 1).then(|| meta[..call.out_metadata.len].to_vec()),
+        rpc: call.rpc,
+    }
+}
+
+fn open_client(client: &[&str]) -> *mut WeftRuntime {
+    let yaml = CString::new(echo_edge(client, &[])).unwrap();
+    let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), c"frontend".as_ptr()) };
+    assert!(!rt.is_null());
+    rt
+}
+
+#[test]
+fn a_reused_message_carries_nothing_of_the_call_before() {
+    let rt = open_client(&["mutation: {field: body, prefix: 'p-'}"]);
+    let first = client_call(
+        rt,
+        0,
+        &encode(&[("x-first", b"1")]),
+        &two_strings("alice", "a long first body"),
+    );
+    assert_eq!(first.verdict, WEFT_VERDICT_FORWARD);
+    assert_eq!(
+        first.message.unwrap(),
+        two_strings("alice", "p-a long first body")
+    );
+    // Shorter bytes and no metadata: the second call sees only its own.
+    let second = client_call(rt, 0, &[], &two_strings("bob", "b"));
+    assert_eq!(second.message.unwrap(), two_strings("bob", "p-b"));
+    let stamped = second.metadata.unwrap();
+    let md = metadata::decode(&stamped, Keys::All).unwrap();
+    assert!(!md.visible.contains_key("x-first"), "{md:?}");
+    // SAFETY: the runtime is live and used by no other thread.
+    unsafe { weft_close(rt) };
+}
+
+#[test]
+fn a_message_an_element_keeps_is_not_reused() {
+    // The cache keeps the first response; the calls after it must not overwrite it.
+    let rt = open_client(&["cache: {field: user}"]);
+    let reply = two_strings("cached body", "echo-0");
+    let first = client_call(rt, 0, &[], &two_strings("alice", "hi"));
+    assert_eq!(first.verdict, WEFT_VERDICT_FORWARD);
+    assert_ne!(first.rpc, 0);
+    client_call(rt, first.rpc, &[], &reply);
+    for user in ["bob", "carol"] {
+        let miss = client_call(rt, 0, &[], &two_strings(user, "a different request"));
+        assert_eq!(miss.verdict, WEFT_VERDICT_FORWARD);
+        client_call(rt, miss.rpc, &[], &two_strings("another reply", user));
+    }
+    let hit = client_call(rt, 0, &[], &two_strings("alice", "hi"));
+    assert_eq!(hit.verdict, WEFT_VERDICT_REPLY);
+    assert_eq!(hit.message.unwrap(), reply);
+    // SAFETY: the runtime is live and used by no other thread.
+    unsafe { weft_close(rt) };
 }

@@ -1,0 +1,115 @@
+//! Runs N request/response pairs of the echo edge through the C ABI, as the Go binding makes
+//! them, for instruction counts (`valgrind --tool=callgrind`) and profiles of the runtime's
+//! own path around the compiled chain (docs/benchmarks.md, "Go").
+//!
+//! `ffi_iters client|server N`: the client side runs logging, ratelimit, firewall and fault;
+//! the server side runs metrics, as in `BenchmarkEcho`.
+
+// An example binary: a failed unwrap is a failed run, with its message.
+#![allow(clippy::unwrap_used)]
+
+use std::ffi::CString;
+
+use weft_runtime::ffi::{
+    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_open_yaml,
+    weft_request, weft_response,
+};
+
+const EDGE: &str = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    client:
+      - logging
+    any:
+      - ratelimit: {capacity: 1000000000000.0, rate: 1000000000000.0}
+      - firewall: {field: user, deny: [mallory]}
+      - fault: {prob_pass: 1.0}
+    server:
+      - metrics
+";
+
+fn entry(out: &mut Vec<u8>, k: &str, v: &str) {
+    for s in [k, v] {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let server = match args.next().as_deref() {
+        Some("server") => true,
+        Some("client") => false,
+        _ => panic!("usage: ffi_iters client|server N"),
+    };
+    let n: u64 = args.next().map_or(1_000_000, |s| s.parse().unwrap());
+    let yaml = CString::new(EDGE).unwrap();
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
+    let base = CString::new(base).unwrap();
+    let service = if server { c"echo" } else { c"frontend" };
+    let side = if server {
+        WEFT_SIDE_SERVER
+    } else {
+        WEFT_SIDE_CLIENT
+    };
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), service.as_ptr()) };
+    assert!(!rt.is_null());
+    // What a grpc-go server passes: the keys the chain observes, the stamp among them.
+    let mut md = Vec::new();
+    if server {
+        entry(&mut md, "weft-version", "stamped-by-an-older-client");
+    }
+    let request = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench";
+    let reply = b"\n\x0bhello, echo\x12\x06echo-0";
+    let method = b"/echo.Echo/Say";
+    let (mut m, mut meta, mut route) = (vec![0u8; 1024], vec![0u8; 512], vec![0u8; 64]);
+    let buf = |b: &mut Vec<u8>| WeftBuf {
+        ptr: b.as_mut_ptr(),
+        cap: b.len(),
+        len: 0,
+    };
+    let mut call = WeftCall {
+        method: method.as_ptr(),
+        method_len: method.len(),
+        metadata: md.as_ptr(),
+        metadata_len: md.len(),
+        message: request.as_ptr(),
+        message_len: request.len(),
+        rpc: 0,
+        status_code: 0,
+        status_message: std::ptr::null(),
+        status_message_len: 0,
+        metadata_keys_version: 0,
+        verdict: 0,
+        code: 0,
+        message_changed: 0,
+        metadata_changed: 0,
+        out_message: buf(&mut m),
+        out_metadata: buf(&mut meta),
+        route: buf(&mut route),
+    };
+    let mut responses = 0u64;
+    for _ in 0..n {
+        call.metadata = md.as_ptr();
+        call.metadata_len = md.len();
+        call.message = request.as_ptr();
+        call.message_len = request.len();
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+        assert_eq!(unsafe { weft_request(rt, side, &mut call) }, WEFT_OK);
+        if call.rpc != 0 {
+            responses += 1;
+            call.metadata_len = 0;
+            call.message = reply.as_ptr();
+            call.message_len = reply.len();
+            // SAFETY: as above; `rpc` is the handle the request returned.
+            assert_eq!(unsafe { weft_response(rt, side, &mut call) }, WEFT_OK);
+        }
+    }
+    // SAFETY: the runtime is live and no call is in flight.
+    unsafe { weft_close(rt) };
+    println!("{n} requests, {responses} responses");
+}
