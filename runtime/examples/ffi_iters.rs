@@ -75,22 +75,10 @@ fn main() {
     let mut call = WeftCall {
         method: method.as_ptr(),
         method_len: method.len(),
-        metadata: md.as_ptr(),
-        metadata_len: md.len(),
-        message: request.as_ptr(),
-        message_len: request.len(),
-        rpc: 0,
-        status_code: 0,
-        status_message: std::ptr::null(),
-        status_message_len: 0,
-        metadata_keys_version: 0,
-        verdict: 0,
-        code: 0,
-        message_changed: 0,
-        metadata_changed: 0,
         out_message: buf(&mut m),
         out_metadata: buf(&mut meta),
         route: buf(&mut route),
+        ..WeftCall::default()
     };
     let mut responses = 0u64;
     for _ in 0..n {

@@ -98,6 +98,43 @@ pub struct WeftCall {
     pub route: WeftBuf,
 }
 
+/// An empty buffer (NULL, capacity 0), for Rust callers to fill in.
+impl Default for WeftBuf {
+    fn default() -> Self {
+        WeftBuf {
+            ptr: std::ptr::null_mut(),
+            cap: 0,
+            len: 0,
+        }
+    }
+}
+
+/// A call with no inputs and empty output buffers, for Rust callers to fill in.
+impl Default for WeftCall {
+    fn default() -> Self {
+        WeftCall {
+            method: std::ptr::null(),
+            method_len: 0,
+            metadata: std::ptr::null(),
+            metadata_len: 0,
+            message: std::ptr::null(),
+            message_len: 0,
+            rpc: 0,
+            status_code: 0,
+            status_message: std::ptr::null(),
+            status_message_len: 0,
+            metadata_keys_version: 0,
+            verdict: 0,
+            code: 0,
+            message_changed: 0,
+            metadata_changed: 0,
+            out_message: WeftBuf::default(),
+            out_metadata: WeftBuf::default(),
+            route: WeftBuf::default(),
+        }
+    }
+}
+
 /// An engine plus the handles of RPCs between request and response. Opaque to C.
 pub struct WeftRuntime {
     engine: Engine,

@@ -35,20 +35,10 @@ fn call_with(md: &[u8], m: &mut Vec<u8>, meta: &mut Vec<u8>, route: &mut Vec<u8>
         method_len: method.len(),
         metadata: md.as_ptr(),
         metadata_len: md.len(),
-        message: std::ptr::null(),
-        message_len: 0,
-        rpc: 0,
-        status_code: 0,
-        status_message: std::ptr::null(),
-        status_message_len: 0,
-        metadata_keys_version: 0,
-        verdict: 0,
-        code: 0,
-        message_changed: 0,
-        metadata_changed: 0,
         out_message: out(m),
         out_metadata: out(meta),
         route: out(route),
+        ..WeftCall::default()
     }
 }
 
@@ -78,28 +68,8 @@ fn keys_no_element_observes_survive_the_stamp() {
         ("x-tenant", b"t2"),
         ("user-agent", b"grpc-go"),
     ]);
-    let method = b"/echo.Echo/Say";
     let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
-    let mut call = WeftCall {
-        method: method.as_ptr(),
-        method_len: method.len(),
-        metadata: md.as_ptr(),
-        metadata_len: md.len(),
-        message: std::ptr::null(),
-        message_len: 0,
-        rpc: 0,
-        status_code: 0,
-        status_message: std::ptr::null(),
-        status_message_len: 0,
-        metadata_keys_version: 0,
-        verdict: 0,
-        code: 0,
-        message_changed: 0,
-        metadata_changed: 0,
-        out_message: out(&mut m),
-        out_metadata: out(&mut meta),
-        route: out(&mut route),
-    };
+    let mut call = call_with(&md, &mut m, &mut meta, &mut route);
     // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
     assert_eq!(
         unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) },
