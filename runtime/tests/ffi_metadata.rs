@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 
 use common::{echo_edge, examples, two_strings};
 use weft_runtime::ffi::{
@@ -53,15 +53,7 @@ fn out(buf: &mut Vec<u8>) -> WeftBuf {
 #[test]
 fn keys_no_element_observes_survive_the_stamp() {
     // ratelimit reads no header, so the client side decodes only weft-version and dst.
-    let yaml = CString::new(echo_edge(
-        &["ratelimit: {capacity: 100.0, rate: 100.0}"],
-        &[],
-    ))
-    .unwrap();
-    let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
-    // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), c"frontend".as_ptr()) };
-    assert!(!rt.is_null());
+    let rt = open_client(&["ratelimit: {capacity: 100.0, rate: 100.0}"]);
     let md = encode(&[
         ("X-Tenant", b"t1"),
         ("trace-bin", &[0xff, 0x00]),
@@ -117,11 +109,7 @@ fn a_servers_stamp_passes_through_undecoded_and_comes_back_once() {
             dir.path().display()
         ),
     );
-    let yaml = CString::new(yaml).unwrap();
-    let base = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
-    // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
-    assert!(!rt.is_null());
+    let rt = open(&yaml, c"echo");
     let md = encode(&[
         ("weft-version", b"from-the-client"),
         ("user-agent", b"grpc-go"),
@@ -179,13 +167,18 @@ fn client_call(rt: *mut WeftRuntime, rpc: u64, md: &[u8], message: &[u8]) -> Ret
     }
 }
 
-fn open_client(client: &[&str]) -> *mut WeftRuntime {
-    let yaml = CString::new(echo_edge(client, &[])).unwrap();
+/// Opens the runtime of `service` from `yaml`, relative paths against examples/echo.
+fn open(yaml: &str, service: &CStr) -> *mut WeftRuntime {
+    let yaml = CString::new(yaml).unwrap();
     let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
     // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), c"frontend".as_ptr()) };
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), service.as_ptr()) };
     assert!(!rt.is_null());
     rt
+}
+
+fn open_client(client: &[&str]) -> *mut WeftRuntime {
+    open(&echo_edge(client, &[]), c"frontend")
 }
 
 #[test]
