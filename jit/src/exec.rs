@@ -256,22 +256,22 @@ impl Compiled {
     fn frame<'a, 'i, 'h>(
         &'a self,
         part: &Part,
-        bufs: &mut Buffers,
+        bufs: &'a mut Buffers,
         instances: &'a mut [&'i mut Instance],
         handler: Handler,
         msg: Arc<Message>,
         rpc: &'a RpcInfo,
         host: &'a mut Host<'h>,
     ) -> Frame<'a, 'i, 'h> {
-        let mut arena = std::mem::take(&mut bufs.arena);
-        first_value(&mut arena, msg);
+        first_value(&mut bufs.arena, msg);
+        bufs.extracted.msg = UNIT;
         let blocks = bufs.blocks.get(part.range.start..).unwrap_or_default();
         Frame {
             ctx: RpcCtx {
                 blocks: blocks.as_ptr(),
                 ..RpcCtx::default()
             },
-            arena,
+            arena: &mut bufs.arena,
             tables: &self.tables,
             elements: &self.elements[part.range.clone()],
             instances,
@@ -280,10 +280,7 @@ impl Compiled {
             host,
             error: None,
             reject: String::new(),
-            extracted: Extraction {
-                msg: UNIT,
-                ..std::mem::take(&mut bufs.extracted)
-            },
+            extracted: &mut bufs.extracted,
         }
     }
 
@@ -313,8 +310,7 @@ impl Compiled {
         }
         let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
         let out = self.call_request(part, &mut frame, rpc);
-        bufs.arena = spent(&mut frame.arena);
-        bufs.extracted = std::mem::take(&mut frame.extracted);
+        spent(frame.arena);
         out
     }
 
@@ -336,7 +332,7 @@ impl Compiled {
             &frame.ctx,
             error,
             reject,
-            &mut frame.arena,
+            frame.arena,
             frame.instances,
             rpc,
         )
@@ -344,7 +340,10 @@ impl Compiled {
 
     /// What a request function left in its frame, as the segment's outcome; counts a failure
     /// against the deciding element and ends its scratch when its `resp` will not run.
+    /// Inlined so the outcome is built where the caller returns it: built behind a call and
+    /// copied back, its narrow stores were reread with wide loads, which stall.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn request_outcome(
         &self,
         part: &Part,
@@ -361,7 +360,6 @@ impl Compiled {
         // An `Option` of one pointer stays in a register; a `Result` here went through the
         // stack and stalled the load that read it back.
         let taken = msg_at(arena, ctx.msg);
-        let els = &self.elements[part.range.clone()];
         let verdict = match (ctx.verdict, taken) {
             (verdict::FORWARD, Some(m)) => {
                 return SharedRequest {
@@ -376,19 +374,7 @@ impl Compiled {
                 message: reject,
             },
             (_, taken) => {
-                let err = match (error, taken) {
-                    (Some(e), _) => e,
-                    (None, None) => not_a_msg(arena, ctx.msg),
-                    (None, Some(_)) => RuntimeError::Type("unknown verdict".into()),
-                };
-                if let Some(inst) = instances.get_mut(decided) {
-                    inst.count_error(&err);
-                }
-                let name = els.get(decided).map(|e| e.name.as_str()).unwrap_or("");
-                SharedVerdict::Reject {
-                    code: err.code(),
-                    message: format!("{name}: {err}"),
-                }
+                self.failure(part, decided, error, taken.is_some(), arena, ctx, instances)
             }
         };
         if let Some(inst) = instances.get_mut(decided) {
@@ -399,6 +385,36 @@ impl Compiled {
             decided,
             verdict,
             routed,
+        }
+    }
+
+    /// The rejection for a request function that failed (a run-time error, or a verdict
+    /// without a message to send), counted against the element that was deciding.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn failure(
+        &self,
+        part: &Part,
+        decided: usize,
+        error: Option<RuntimeError>,
+        took_msg: bool,
+        arena: &[Value],
+        ctx: &RpcCtx,
+        instances: &mut [&mut Instance],
+    ) -> SharedVerdict {
+        let err = match (error, took_msg) {
+            (Some(e), _) => e,
+            (None, false) => not_a_msg(arena, ctx.msg),
+            (None, true) => RuntimeError::Type("unknown verdict".into()),
+        };
+        if let Some(inst) = instances.get_mut(decided) {
+            inst.count_error(&err);
+        }
+        let els = &self.elements[part.range.clone()];
+        let name = els.get(decided).map(|e| e.name.as_str()).unwrap_or("");
+        SharedVerdict::Reject {
+            code: err.code(),
+            message: format!("{name}: {err}"),
         }
     }
 
@@ -421,9 +437,8 @@ impl Compiled {
         let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
         frame.ctx.start = start as u32;
         (part.resp)(&mut frame);
-        let out = response_outcome(&mut frame.arena, &frame.ctx);
-        bufs.arena = spent(&mut frame.arena);
-        bufs.extracted = std::mem::take(&mut frame.extracted);
+        let out = response_outcome(frame.arena, &frame.ctx);
+        spent(frame.arena);
         out
     }
 }
@@ -476,7 +491,7 @@ impl Compiled {
             (start, resp) if *start > 0 && !rerouted => {
                 let (start, resp) = (*start, Arc::clone(resp));
                 // The same frame, reset as `frame` would build it for the response.
-                first_value(&mut frame.arena, resp);
+                first_value(frame.arena, resp);
                 frame.ctx = RpcCtx {
                     blocks: frame.ctx.blocks,
                     start: (start - 1).min(n - 1) as u32,
@@ -486,12 +501,11 @@ impl Compiled {
                 frame.error = None;
                 frame.extracted.msg = UNIT;
                 (part.resp)(&mut frame);
-                Some(response_outcome(&mut frame.arena, &frame.ctx))
+                Some(response_outcome(frame.arena, &frame.ctx))
             }
             _ => None,
         };
-        bufs.arena = spent(&mut frame.arena);
-        bufs.extracted = std::mem::take(&mut frame.extracted);
+        spent(frame.arena);
         drop(frame);
         if let (start, resp) = answer
             && start > 0
@@ -545,14 +559,13 @@ fn first_value(arena: &mut Vec<Value>, msg: Arc<Message>) {
     }
 }
 
-/// A call's arena, for the buffers: every value dropped (messages are not kept alive past
+/// Ends a call's use of its arena: every value dropped (messages are not kept alive past
 /// the call), slot 0 kept as `Unit` for the next call's [`first_value`].
-fn spent(arena: &mut Vec<Value>) -> Vec<Value> {
+fn spent(arena: &mut Vec<Value>) {
     arena.truncate(1);
     if let Some(slot) = arena.first_mut() {
         *slot = Value::Unit;
     }
-    std::mem::take(arena)
 }
 
 fn take_msg(arena: &mut [Value], h: u64) -> Result<Arc<Message>, RuntimeError> {
@@ -580,6 +593,9 @@ fn not_a_msg(arena: &[Value], h: u64) -> RuntimeError {
     }
 }
 
+/// Inlined, the routing is written once, where the outcome keeps it: returned from a call,
+/// it was copied there with wide loads over the callee's narrow stores, which stall.
+#[inline(always)]
 fn dst_of(arena: &[Value], h: u64) -> Option<String> {
     match usize::try_from(h).ok().and_then(|i| arena.get(i)) {
         Some(Value::Msg(m)) => m.headers.get("dst").cloned(),

@@ -107,7 +107,9 @@ pub mod fail {
 #[repr(C)]
 pub struct Frame<'a, 'i, 'h> {
     pub ctx: RpcCtx,
-    pub arena: Vec<Value>,
+    /// Borrowed from the caller's buffers rather than moved in and out: moving the buffers
+    /// through the frame copied them with wide loads over narrow stores, which stall.
+    pub arena: &'a mut Vec<Value>,
     pub tables: &'a Tables,
     pub elements: &'a [Arc<Element>],
     pub instances: &'a mut [&'i mut Instance],
@@ -119,7 +121,7 @@ pub struct Frame<'a, 'i, 'h> {
     /// The message text of a request-side rejection.
     pub reject: String,
     /// The fields of the last message read, from one pass over its bytes.
-    pub extracted: Extraction,
+    pub extracted: &'a mut Extraction,
 }
 
 /// The outcome of one [`wire::extract`] pass, for the message at arena handle `msg`. The
@@ -992,7 +994,27 @@ extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
 }
 
 extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
-    guard(f, (), |f| emit(f, elem, chan, |f| f.take_clone(value)))
+    guard(f, (), |f| {
+        if !f.host.channels.enabled() {
+            return Ok(());
+        }
+        match f.get(value)? {
+            // A message (what logging sends) has a path of its own, so its value is built
+            // inside the record: made by `Value::clone` and moved there, its narrow stores
+            // were reread with wide loads, which stall.
+            Value::Msg(m) => {
+                let m = Arc::clone(m);
+                record(f, elem, chan, |_| Value::Msg(m))
+            }
+            _ => record(f, elem, chan, |arena| {
+                match usize::try_from(value).ok().and_then(|i| arena.get(i)) {
+                    Some(v) => v.clone(),
+                    // `UNIT`, the only handle `get` accepts outside the arena.
+                    None => Value::Unit,
+                }
+            }),
+        }
+    })
 }
 
 fn scalar_kind(kind: i64) -> Result<ScalarKind, RuntimeError> {
@@ -1012,11 +1034,23 @@ fn float_scalar(kind: i64, v: f64) -> Result<Value, RuntimeError> {
 }
 
 extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
-    guard(f, (), |f| emit(f, elem, chan, |_| int_scalar(kind, v)))
+    guard(f, (), |f| {
+        if !f.host.channels.enabled() {
+            return Ok(());
+        }
+        let v = int_scalar(kind, v)?;
+        record(f, elem, chan, |_| v)
+    })
 }
 
 extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
-    guard(f, (), |f| emit(f, elem, chan, |_| float_scalar(kind, v)))
+    guard(f, (), |f| {
+        if !f.host.channels.enabled() {
+            return Ok(());
+        }
+        let v = float_scalar(kind, v)?;
+        record(f, elem, chan, |_| v)
+    })
 }
 
 extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
@@ -1087,19 +1121,16 @@ extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
     })
 }
 
-/// A channel record with the element's interned names. The value is made only when the
-/// sink wants records (through the C ABI nothing observes them yet), and the sink is asked
-/// once per record.
-fn emit(
+/// Emits a channel record with the element's interned names; its value is made by `value`
+/// (from the arena) inside the record, so it is built where it stays. Callers ask the sink
+/// first whether it wants records (through the C ABI nothing observes them yet), so nothing
+/// is made or cloned for a sink that does not.
+fn record(
     f: &mut Frame<'_, '_, '_>,
     elem: i64,
     chan: u64,
-    value: impl FnOnce(&Frame<'_, '_, '_>) -> Result<Value, RuntimeError>,
+    value: impl FnOnce(&[Value]) -> Value,
 ) -> Result<(), RuntimeError> {
-    if !f.host.channels.enabled() {
-        return Ok(());
-    }
-    let v = value(f)?;
     let e = f.element(elem)?;
     let channel = usize::try_from(chan)
         .ok()
@@ -1114,7 +1145,7 @@ fn emit(
         channel,
         rpc_id,
         time,
-        value: v,
+        value: value(f.arena),
     });
     Ok(())
 }
