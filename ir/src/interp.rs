@@ -54,7 +54,10 @@ impl Scratch {
     }
 
     fn begin(&mut self, rpc_id: u64, slots: usize) {
-        self.end(rpc_id);
+        // With nothing in flight (the usual case) there is no earlier scratch to end.
+        if self.live > 0 {
+            self.end(rpc_id);
+        }
         let i = match self.entries.iter().position(|(id, _)| id.is_none()) {
             Some(i) => i,
             None => {
@@ -64,7 +67,11 @@ impl Scratch {
         };
         let (id, v) = &mut self.entries[i];
         *id = Some(rpc_id);
-        v.extend((0..slots).map(|_| None));
+        // Pushes into the capacity the entry kept: `resize_with` is a call of its own that
+        // costs more than the one or two slots an element has.
+        for _ in 0..slots {
+            v.push(None);
+        }
         self.live += 1;
     }
 
