@@ -212,6 +212,7 @@ struct Pending {
     route: Option<Vec<u8>>,
 }
 
+#[derive(Debug)]
 struct FfiError {
     code: i32,
     message: String,
@@ -487,6 +488,20 @@ fn decode_metadata<'a>(bytes: &'a [u8], keys: Option<&[String]>) -> Result<Decod
     metadata::decode(bytes, keys).map_err(FfiError::argument)
 }
 
+/// Decodes a call's metadata for the keys its segment's elements observe. When they observe
+/// none (a server running `metrics` or `logging`), nothing is decoded and every entry passes
+/// through: the bytes are returned, and the list of entries is made only for a verdict that
+/// writes metadata back ([`write_verdict`]).
+fn call_metadata<'a>(
+    bytes: &'a [u8],
+    keys: Option<&[String]>,
+) -> Result<(Decoded<'a>, Option<&'a [u8]>), FfiError> {
+    if keys.is_some_and(<[String]>::is_empty) {
+        return Ok((Decoded::default(), Some(bytes)));
+    }
+    Ok((decode_metadata(bytes, keys)?, None))
+}
+
 /// Runs the request path. See the contract for the verdicts and `rpc`.
 ///
 /// # Safety
@@ -513,14 +528,14 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
                 ),
             });
         }
-        let metadata = decode_metadata(input.metadata, prepared.visible_keys())?;
+        let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
         let out = rt
             .engine
             .run_request_from(prepared, metadata.visible, input.message)?;
         if let Some(rpc) = out.rpc {
             call.rpc = rt.rpcs.insert(rpc);
         }
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough);
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
         engine::recycle(out.verdict);
         rc
     })
@@ -558,7 +573,7 @@ pub unsafe extern "C" fn weft_response(
                 call.rpc
             )));
         };
-        let metadata = decode_metadata(input.metadata, rpc.visible_keys())?;
+        let (metadata, undecoded) = call_metadata(input.metadata, rpc.visible_keys())?;
         let out = match call.status_code {
             0 => rt
                 .engine
@@ -575,7 +590,7 @@ pub unsafe extern "C" fn weft_response(
                 rt.engine.process_response(rpc, response)?
             }
         };
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough);
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
         engine::recycle(out.verdict);
         rc
     })
@@ -752,6 +767,7 @@ fn write_verdict(
     call: &mut WeftCall,
     verdict: &Verdict,
     passthrough: &[metadata::Raw<'_>],
+    undecoded: Option<&[u8]>,
 ) -> Result<i32, FfiError> {
     let (kind, code, message, metadata, route): (
         i32,
@@ -795,6 +811,16 @@ fn write_verdict(
     call.code = code;
     call.message_changed = i32::from(message.is_some());
     call.metadata_changed = i32::from(metadata.is_some());
+    // The metadata `call_metadata` left undecoded (all of it passes through), decoded now
+    // that it is written back. `metadata::find` checked the encoding, so this cannot fail.
+    let deferred;
+    let passthrough = match undecoded {
+        Some(bytes) if metadata.is_some() => {
+            deferred = decode_metadata(bytes, Some(&[]))?.passthrough;
+            deferred.as_slice()
+        }
+        _ => passthrough,
+    };
     let metadata_len = metadata.map(|m| metadata::encoded_len(m, passthrough));
     let route = route.map(str::as_bytes);
     let fit = fits(&call.out_message, message)
@@ -834,4 +860,141 @@ fn write_verdict(
         _ => call.out_metadata.len = 0,
     }
     Ok(WEFT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    // A failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use weft_hostcalls::Message;
+
+    use super::*;
+
+    const SERVER_METRICS: &str = "protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    server:
+      - metrics
+";
+
+    fn entry(out: &mut Vec<u8>, k: &str, v: &[u8]) {
+        for s in [k.as_bytes(), v] {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+    }
+
+    /// Every entry of an encoding in order, as (key, raw value).
+    fn entries(mut bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        let next = |b: &mut &[u8]| {
+            let (len, rest) = b.split_at(4);
+            let n = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+            let (item, rest) = rest.split_at(n);
+            *b = rest;
+            item.to_vec()
+        };
+        while !bytes.is_empty() {
+            let k = next(&mut bytes);
+            let v = next(&mut bytes);
+            out.push((String::from_utf8(k).unwrap(), v));
+        }
+        out
+    }
+
+    fn open_server() -> *mut WeftRuntime {
+        let yaml = CString::new(SERVER_METRICS).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
+        assert!(!rt.is_null());
+        rt
+    }
+
+    #[test]
+    fn metadata_left_undecoded_comes_back_whole_when_a_verdict_writes_metadata() {
+        // `metrics` observes no key, so a server leaves the metadata undecoded. A verdict that
+        // writes metadata back (a reply carrying headers) must still carry every entry, the
+        // non-UTF-8 one included.
+        let rt = open_server();
+        let mut md = Vec::new();
+        entry(&mut md, "weft-version", b"from-the-client");
+        entry(&mut md, "trace-bin", &[0xff, 0x00]);
+        let (keys, undecoded) = call_metadata(&md, Some(&[])).unwrap();
+        assert_eq!(undecoded, Some(md.as_slice()));
+        assert!(keys.visible.is_empty() && keys.passthrough.is_empty());
+
+        let mut reply = Message::response(b"\n\x02hi".to_vec());
+        reply.headers.insert("x-cache".into(), "hit".into());
+        let (mut m, mut meta) = (vec![0u8; 64], vec![0u8; 128]);
+        let mut call = WeftCall {
+            out_message: WeftBuf {
+                ptr: m.as_mut_ptr(),
+                cap: m.len(),
+                len: 0,
+            },
+            out_metadata: WeftBuf {
+                ptr: meta.as_mut_ptr(),
+                cap: meta.len(),
+                len: 0,
+            },
+            ..WeftCall::default()
+        };
+        // SAFETY: `rt` is live and used by this thread only.
+        let runtime = unsafe { runtime(rt) }.unwrap();
+        let verdict = Verdict::Reply(Arc::new(reply));
+        let rc = write_verdict(runtime, &mut call, &verdict, &[], undecoded).unwrap();
+        assert_eq!(rc, WEFT_OK);
+        assert_eq!(call.metadata_changed, 1);
+        let mut back = entries(&meta[..call.out_metadata.len]);
+        back.sort();
+        assert_eq!(
+            back,
+            vec![
+                ("trace-bin".to_owned(), vec![0xff, 0x00]),
+                ("weft-version".to_owned(), b"from-the-client".to_vec()),
+                ("x-cache".to_owned(), b"hit".to_vec()),
+            ]
+        );
+
+        // A forward that changes nothing writes no metadata, so nothing is decoded.
+        assert_eq!(server_request(rt, &md), (WEFT_OK, 0));
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    /// A server request through `metrics` with metadata `md`: (return code, metadata_changed).
+    fn server_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, i32) {
+        let method = b"/echo.Echo/Say";
+        let message = b"\n\x05alice";
+        let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 128], vec![0u8; 16]);
+        let buf = |b: &mut Vec<u8>| WeftBuf {
+            ptr: b.as_mut_ptr(),
+            cap: b.len(),
+            len: 0,
+        };
+        let mut call = WeftCall {
+            method: method.as_ptr(),
+            method_len: method.len(),
+            metadata: md.as_ptr(),
+            metadata_len: md.len(),
+            message: message.as_ptr(),
+            message_len: message.len(),
+            out_message: buf(&mut m),
+            out_metadata: buf(&mut meta),
+            route: buf(&mut route),
+            ..WeftCall::default()
+        };
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+        let rc = unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) };
+        // SAFETY: as above; the handle is this call's.
+        unsafe { weft_rpc_abandon(rt, call.rpc) };
+        (rc, call.metadata_changed)
+    }
 }
