@@ -67,17 +67,12 @@ fn main() {
     let reply = b"\n\x0bhello, echo\x12\x06echo-0";
     let method = b"/echo.Echo/Say";
     let (mut m, mut meta, mut route) = (vec![0u8; 1024], vec![0u8; 512], vec![0u8; 64]);
-    let buf = |b: &mut Vec<u8>| WeftBuf {
-        ptr: b.as_mut_ptr(),
-        cap: b.len(),
-        len: 0,
-    };
     let mut call = WeftCall {
         method: method.as_ptr(),
         method_len: method.len(),
-        out_message: buf(&mut m),
-        out_metadata: buf(&mut meta),
-        route: buf(&mut route),
+        out_message: WeftBuf::over(&mut m),
+        out_metadata: WeftBuf::over(&mut meta),
+        route: WeftBuf::over(&mut route),
         ..WeftCall::default()
     };
     let mut responses = 0u64;

@@ -109,6 +109,18 @@ impl Default for WeftBuf {
     }
 }
 
+impl WeftBuf {
+    /// An empty output buffer over `bytes`, for Rust callers (C and Go fill in the fields).
+    /// The buffer must outlive every call that writes to it.
+    pub fn over(bytes: &mut [u8]) -> WeftBuf {
+        WeftBuf {
+            ptr: bytes.as_mut_ptr(),
+            cap: bytes.len(),
+            len: 0,
+        }
+    }
+}
+
 /// A call with no inputs and empty output buffers, for Rust callers to fill in.
 impl Default for WeftCall {
     fn default() -> Self {
@@ -934,16 +946,8 @@ edges:
         reply.headers.insert("x-cache".into(), "hit".into());
         let (mut m, mut meta) = (vec![0u8; 64], vec![0u8; 128]);
         let mut call = WeftCall {
-            out_message: WeftBuf {
-                ptr: m.as_mut_ptr(),
-                cap: m.len(),
-                len: 0,
-            },
-            out_metadata: WeftBuf {
-                ptr: meta.as_mut_ptr(),
-                cap: meta.len(),
-                len: 0,
-            },
+            out_message: WeftBuf::over(&mut m),
+            out_metadata: WeftBuf::over(&mut meta),
             ..WeftCall::default()
         };
         // SAFETY: `rt` is live and used by this thread only.
@@ -974,11 +978,6 @@ edges:
         let method = b"/echo.Echo/Say";
         let message = b"\n\x05alice";
         let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 128], vec![0u8; 16]);
-        let buf = |b: &mut Vec<u8>| WeftBuf {
-            ptr: b.as_mut_ptr(),
-            cap: b.len(),
-            len: 0,
-        };
         let mut call = WeftCall {
             method: method.as_ptr(),
             method_len: method.len(),
@@ -986,9 +985,9 @@ edges:
             metadata_len: md.len(),
             message: message.as_ptr(),
             message_len: message.len(),
-            out_message: buf(&mut m),
-            out_metadata: buf(&mut meta),
-            route: buf(&mut route),
+            out_message: WeftBuf::over(&mut m),
+            out_metadata: WeftBuf::over(&mut meta),
+            route: WeftBuf::over(&mut route),
             ..WeftCall::default()
         };
         // SAFETY: a live runtime and a call whose pointers are valid for their lengths.

@@ -28,25 +28,17 @@ fn encode(pairs: &[(&str, &[u8])]) -> Vec<u8> {
     v
 }
 
-fn call_with(md: &[u8], m: &mut Vec<u8>, meta: &mut Vec<u8>, route: &mut Vec<u8>) -> WeftCall {
+fn call_with(md: &[u8], m: &mut [u8], meta: &mut [u8], route: &mut [u8]) -> WeftCall {
     let method = b"/echo.Echo/Say";
     WeftCall {
         method: method.as_ptr(),
         method_len: method.len(),
         metadata: md.as_ptr(),
         metadata_len: md.len(),
-        out_message: out(m),
-        out_metadata: out(meta),
-        route: out(route),
+        out_message: WeftBuf::over(m),
+        out_metadata: WeftBuf::over(meta),
+        route: WeftBuf::over(route),
         ..WeftCall::default()
-    }
-}
-
-fn out(buf: &mut Vec<u8>) -> WeftBuf {
-    WeftBuf {
-        ptr: buf.as_mut_ptr(),
-        cap: buf.len(),
-        len: 0,
     }
 }
 
