@@ -781,6 +781,20 @@ fn write_verdict(
     passthrough: &[metadata::Raw<'_>],
     undecoded: Option<&[u8]>,
 ) -> Result<i32, FfiError> {
+    if let Verdict::Forward(f) = verdict
+        && !f.message_changed
+        && !f.metadata_changed
+    {
+        // The usual verdict: everything goes on as the caller passed it, nothing to copy.
+        call.verdict = WEFT_VERDICT_FORWARD;
+        call.code = 0;
+        call.message_changed = 0;
+        call.metadata_changed = 0;
+        call.out_message.len = 0;
+        call.out_metadata.len = 0;
+        call.route.len = 0;
+        return Ok(WEFT_OK);
+    }
     let (kind, code, message, metadata, route): (
         i32,
         i32,
