@@ -94,6 +94,25 @@ pub(crate) struct MethodRoute {
     pub method: usize,
 }
 
+/// What compiled code sees of an RPC, minus the id, with a key no other template shares:
+/// a thread that ran the same template last keeps its copy of the strings, and the key
+/// tells it so without comparing them (three string comparisons per call direction).
+#[derive(Debug)]
+pub struct RpcTemplate {
+    pub key: u64,
+    pub info: RpcInfo,
+}
+
+impl RpcTemplate {
+    fn new(info: RpcInfo) -> RpcTemplate {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        RpcTemplate {
+            key: NEXT.fetch_add(1, Ordering::Relaxed),
+            info,
+        }
+    }
+}
+
 /// The elements of one edge that run on one side in this process, fused per method.
 pub(crate) struct Segment {
     pub edge: String,
@@ -108,7 +127,7 @@ pub(crate) struct Segment {
     /// By method index; `None` when no element of the edge runs on this side.
     pub compiled: Vec<Option<Arc<Compiled>>>,
     /// By method index: what `rpc_id()`, `method()`, `src()`, `dst()` see, minus the id.
-    pub rpc_template: Vec<RpcInfo>,
+    pub rpc_template: Vec<RpcTemplate>,
     /// By method index: the metadata keys elements can observe ([`header_keys`]); `None`
     /// when some element sees the message whole.
     pub header_keys: Vec<Option<Vec<String>>>,
@@ -433,7 +452,7 @@ fn build_segment(
             })?;
             Some(Arc::new(c))
         });
-        rpc_template.push(RpcInfo {
+        rpc_template.push(RpcTemplate::new(RpcInfo {
             id: 0,
             method: method.full_name.clone(),
             // The server side does not know the calling replica; the calling service stands
@@ -441,7 +460,7 @@ fn build_segment(
             src: edge.from.clone(),
             service: edge.to.clone(),
             routed: None,
-        });
+        }));
     }
     Ok(Segment {
         edge: edge.name.clone(),
