@@ -987,6 +987,83 @@ edges:
         unsafe { weft_close(rt) };
     }
 
+    /// A client request with metadata `md`: (metadata_changed, the metadata written back).
+    fn client_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, Vec<(String, Vec<u8>)>) {
+        let method = b"/echo.Echo/Say";
+        let message = b"\n\x05alice";
+        let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 256], vec![0u8; 16]);
+        let mut call = WeftCall {
+            method: method.as_ptr(),
+            method_len: method.len(),
+            metadata: md.as_ptr(),
+            metadata_len: md.len(),
+            message: message.as_ptr(),
+            message_len: message.len(),
+            out_message: WeftBuf::over(&mut m),
+            out_metadata: WeftBuf::over(&mut meta),
+            route: WeftBuf::over(&mut route),
+            ..WeftCall::default()
+        };
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+        assert_eq!(
+            unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) },
+            WEFT_OK
+        );
+        assert_eq!(call.rpc, 0, "no client-side element waits for the response");
+        (
+            call.metadata_changed,
+            entries(&meta[..call.out_metadata.len]),
+        )
+    }
+
+    #[test]
+    fn each_client_call_is_stamped_with_the_current_version() {
+        // A thread reuses its last call's stamp entry: after a reload the stamp must still be
+        // the new version's, and a caller's own current stamp is left alone.
+        let yaml = CString::new(SERVER_METRICS).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"frontend".as_ptr()) };
+        assert!(!rt.is_null());
+        let (changed, first) = client_request(rt, &[]);
+        assert_eq!(changed, 1);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0, "weft-version");
+        assert_eq!(client_request(rt, &[]), (1, first.clone()));
+
+        let next = CString::new(SERVER_METRICS.replace("- metrics", "- metrics\n      - logging"))
+            .unwrap();
+        // SAFETY: a live runtime; NUL-terminated strings that outlive the call.
+        assert_eq!(
+            unsafe { weft_reload_yaml(rt, next.as_ptr(), base.as_ptr()) },
+            WEFT_OK
+        );
+        let (changed, second) = client_request(rt, &[]);
+        assert_eq!(changed, 1);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].0, "weft-version");
+        assert_ne!(second[0].1, first[0].1, "the stamp names the new version");
+
+        let mut md = Vec::new();
+        entry(&mut md, "weft-version", &second[0].1);
+        assert_eq!(client_request(rt, &md), (0, vec![]), "already stamped");
+        let mut md = Vec::new();
+        entry(&mut md, "x-tenant", b"t1");
+        let (changed, mut back) = client_request(rt, &md);
+        back.sort();
+        assert_eq!(changed, 1);
+        assert_eq!(
+            back,
+            vec![
+                ("weft-version".to_owned(), second[0].1.clone()),
+                ("x-tenant".to_owned(), b"t1".to_vec()),
+            ]
+        );
+        assert_eq!(client_request(rt, &[]), (1, second));
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
     /// A server request through `metrics` with metadata `md`: (return code, metadata_changed).
     fn server_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, i32) {
         let method = b"/echo.Echo/Say";
