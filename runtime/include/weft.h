@@ -41,6 +41,13 @@
 // again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
 #define WEFT_E_METADATA 6
 
+// `weft_metadata_keys`' `messages` bit: the request handlers can observe the request message.
+#define WEFT_OBSERVES_REQUEST_MESSAGE 1
+
+// `weft_metadata_keys`' `messages` bit: the response handlers can observe the response
+// message.
+#define WEFT_OBSERVES_RESPONSE_MESSAGE 2
+
 // An engine plus the handles of RPCs between request and response. Opaque to C.
 typedef struct WeftRuntime WeftRuntime;
 
@@ -150,15 +157,23 @@ void weft_rpc_abandon(struct WeftRuntime *rt, uint64_t rpc);
 // every key: pass the complete metadata). Pass that version as the `WeftCall`'s
 // `metadata_keys_version`. `WEFT_E_BUFFER` sets `out.len` to the size needed.
 //
+// `*messages` (when `messages` is not NULL) gets `WEFT_OBSERVES_REQUEST_MESSAGE` if the
+// request handlers can observe the request message, and `WEFT_OBSERVES_RESPONSE_MESSAGE` if
+// the response handlers can observe the response; both when `*version` is 0. A caller that
+// sets `metadata_keys_version` may pass `message_len` 0 for a direction whose bit is clear:
+// the chain reads nothing of it, and a forward verdict then has `message_changed` 0.
+//
 // # Safety
 // `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
-// `version` are NULL or valid, `out`'s buffer writable for its `cap`.
+// `version` are NULL or valid, `out`'s buffer writable for its `cap`; `messages` is NULL or
+// valid.
 int32_t weft_metadata_keys(const struct WeftRuntime *rt,
                            int32_t side,
                            const uint8_t *method,
                            size_t method_len,
                            struct WeftBuf *out,
-                           uint64_t *version);
+                           uint64_t *version,
+                           uint32_t *messages);
 
 // The active config version's local install number (1, 2, …); 0 for NULL.
 //

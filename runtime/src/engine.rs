@@ -279,6 +279,14 @@ impl Prepared {
         self.version.segments[self.route.segment].header_keys[self.route.method].as_deref()
     }
 
+    /// Whether the segment's request handlers, and its response handlers, can observe the
+    /// message's bytes. When one cannot and the caller passes only [`Prepared::header_keys`],
+    /// it may pass an empty message for that direction: the chain reads nothing of it, and a
+    /// forward verdict leaves the caller's own message unchanged.
+    pub fn message_observed(&self) -> [bool; 2] {
+        self.version.segments[self.route.segment].message_observed[self.route.method]
+    }
+
     /// Of [`Prepared::header_keys`], the keys to decode into the metadata elements see: the
     /// rest (a server's `weft-version`, which only picks the version) can pass through
     /// undecoded. `None` when elements may observe all of it.

@@ -53,6 +53,12 @@ pub const WEFT_E_PANIC: i32 = 5;
 /// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
 pub const WEFT_E_METADATA: i32 = 6;
 
+/// `weft_metadata_keys`' `messages` bit: the request handlers can observe the request message.
+pub const WEFT_OBSERVES_REQUEST_MESSAGE: u32 = 1;
+/// `weft_metadata_keys`' `messages` bit: the response handlers can observe the response
+/// message.
+pub const WEFT_OBSERVES_RESPONSE_MESSAGE: u32 = 2;
+
 /// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`.
 #[repr(C)]
 pub struct WeftBuf {
@@ -664,9 +670,16 @@ pub unsafe extern "C" fn weft_rpc_abandon(rt: *mut WeftRuntime, rpc: u64) {
 /// every key: pass the complete metadata). Pass that version as the `WeftCall`'s
 /// `metadata_keys_version`. `WEFT_E_BUFFER` sets `out.len` to the size needed.
 ///
+/// `*messages` (when `messages` is not NULL) gets `WEFT_OBSERVES_REQUEST_MESSAGE` if the
+/// request handlers can observe the request message, and `WEFT_OBSERVES_RESPONSE_MESSAGE` if
+/// the response handlers can observe the response; both when `*version` is 0. A caller that
+/// sets `metadata_keys_version` may pass `message_len` 0 for a direction whose bit is clear:
+/// the chain reads nothing of it, and a forward verdict then has `message_changed` 0.
+///
 /// # Safety
 /// `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
-/// `version` are NULL or valid, `out`'s buffer writable for its `cap`.
+/// `version` are NULL or valid, `out`'s buffer writable for its `cap`; `messages` is NULL or
+/// valid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_metadata_keys(
     rt: *const WeftRuntime,
@@ -675,6 +688,7 @@ pub unsafe extern "C" fn weft_metadata_keys(
     method_len: usize,
     out: *mut WeftBuf,
     version: *mut u64,
+    messages: *mut u32,
 ) -> i32 {
     guarded(|| {
         // SAFETY: the caller passes NULL or a live runtime and a readable method name.
@@ -687,7 +701,21 @@ pub unsafe extern "C" fn weft_metadata_keys(
         // SAFETY: both non-NULL, valid and exclusively ours for the call (the contract).
         let (out, version) = unsafe { (&mut *out, &mut *version) };
         let prepared = rt.engine.prepare(side_of(side)?, method, None)?;
-        let Some(keys) = prepared.header_keys() else {
+        let keys = prepared.header_keys();
+        if !messages.is_null() {
+            let [request, response] = prepared.message_observed();
+            let observed = match keys {
+                Some(_) => {
+                    let bit = |observed: bool, bit: u32| if observed { bit } else { 0 };
+                    bit(request, WEFT_OBSERVES_REQUEST_MESSAGE)
+                        | bit(response, WEFT_OBSERVES_RESPONSE_MESSAGE)
+                }
+                None => WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE,
+            };
+            // SAFETY: non-NULL and valid for the call (the contract).
+            unsafe { *messages = observed };
+        }
+        let Some(keys) = keys else {
             out.len = 0;
             *version = 0;
             return Ok(WEFT_OK);
@@ -983,6 +1011,97 @@ edges:
 
         // A forward that changes nothing writes no metadata, so nothing is decoded.
         assert_eq!(server_request(rt, &md), (WEFT_OK, 0));
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    /// `weft_metadata_keys` for the server side of the echo edge running `server`:
+    /// (version, messages).
+    fn observed_on_server(server: &str) -> (u64, u32) {
+        let yaml = SERVER_METRICS.replace("- metrics", server);
+        let yaml = CString::new(yaml).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
+        assert!(!rt.is_null());
+        let method = b"/echo.Echo/Say";
+        let mut keys = vec![0u8; 256];
+        let (mut out, mut version, mut messages) = (WeftBuf::over(&mut keys), 7u64, 99u32);
+        // SAFETY: a live runtime, a readable method name and valid out-pointers.
+        let rc = unsafe {
+            weft_metadata_keys(
+                rt,
+                WEFT_SIDE_SERVER,
+                method.as_ptr(),
+                method.len(),
+                &mut out,
+                &mut version,
+                &mut messages,
+            )
+        };
+        assert_eq!(rc, WEFT_OK);
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+        (version, messages)
+    }
+
+    #[test]
+    fn metadata_keys_say_which_messages_the_chain_observes() {
+        let both = WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE;
+        // metrics reads the time, the status and its scratch: no message.
+        let (version, messages) = observed_on_server("- metrics");
+        assert_ne!(version, 0);
+        assert_eq!(messages, 0);
+        // A firewall reads a request field.
+        let (version, messages) = observed_on_server("- firewall: {field: user, deny: [mallory]}");
+        assert_ne!(version, 0);
+        assert_eq!(messages, WEFT_OBSERVES_REQUEST_MESSAGE);
+        // logging sends messages whole: every key and both messages.
+        assert_eq!(observed_on_server("- logging"), (0, both));
+    }
+
+    #[test]
+    fn a_message_the_chain_cannot_observe_may_be_left_out() {
+        let rt = open_server();
+        let (version, messages) = observed_on_server("- metrics");
+        assert_eq!(messages, 0);
+        let mut md = Vec::new();
+        entry(&mut md, "weft-version", b"from-the-client");
+        let method = b"/echo.Echo/Say";
+        let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 128], vec![0u8; 16]);
+        let mut call = WeftCall {
+            method: method.as_ptr(),
+            method_len: method.len(),
+            metadata: md.as_ptr(),
+            metadata_len: md.len(),
+            metadata_keys_version: version,
+            out_message: WeftBuf::over(&mut m),
+            out_metadata: WeftBuf::over(&mut meta),
+            route: WeftBuf::over(&mut route),
+            ..WeftCall::default()
+        };
+        // Both runtimes were built from the same config, so their first versions agree.
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths (the
+        // message is empty).
+        assert_eq!(
+            unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) },
+            WEFT_OK
+        );
+        assert_eq!(
+            (call.verdict, call.message_changed),
+            (WEFT_VERDICT_FORWARD, 0)
+        );
+        assert_ne!(call.rpc, 0, "metrics waits for the response");
+        call.metadata_len = 0;
+        // SAFETY: as above; `rpc` is the handle the request returned.
+        assert_eq!(
+            unsafe { weft_response(rt, WEFT_SIDE_SERVER, &mut call) },
+            WEFT_OK
+        );
+        assert_eq!(
+            (call.verdict, call.message_changed),
+            (WEFT_VERDICT_FORWARD, 0)
+        );
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
     }

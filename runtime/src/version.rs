@@ -137,6 +137,9 @@ pub(crate) struct Segment {
     /// no stop, no reorder, and channel records only when nothing observes them), so a
     /// forwarded request needs no response call.
     pub response_inert: Vec<bool>,
+    /// By method index: whether the request handlers, and the response handlers, can
+    /// observe the message's bytes ([`message_observed`]).
+    pub message_observed: Vec<[bool; 2]>,
 }
 
 /// What an instance's starting state is made from: the element as configured (name,
@@ -423,7 +426,9 @@ fn build_segment(
     let mut keys = Vec::with_capacity(loaded.methods.len());
     let mut visible = Vec::with_capacity(loaded.methods.len());
     let mut inert = Vec::with_capacity(loaded.methods.len());
+    let mut observed = Vec::with_capacity(loaded.methods.len());
     for method in &loaded.methods {
+        observed.push(message_observed(loaded, &positions, &method.full_name));
         let method_keys = header_keys(loaded, &positions, &method.full_name, side);
         let (passed, shown) = match method_keys {
             Some(HeaderKeys { passed, visible }) => (Some(passed), Some(visible)),
@@ -476,6 +481,7 @@ fn build_segment(
         header_keys: keys,
         visible_keys: visible,
         response_inert: inert,
+        message_observed: observed,
     })
 }
 
@@ -501,6 +507,44 @@ fn response_inert(
             && !resp.meta_write
             && (resp.channels.is_empty() || channels_unobserved)
     })
+}
+
+/// Whether a segment's request handlers (`[0]`) and response handlers (`[1]`) can observe
+/// the message's bytes for one method: read or write a field, or use the message whole. A
+/// caller passing only the observed header keys may leave out a message the chain cannot
+/// observe (`weft_metadata_keys`). Like [`header_keys`], this is the planner's abstraction.
+pub(crate) fn message_observed(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    method: &str,
+) -> [bool; 2] {
+    fn body(input: &Input) -> bool {
+        match input {
+            Input::Whole => true,
+            Input::Key(k) => !k.starts_with("h:"),
+            _ => false,
+        }
+    }
+    let mut seen = [false; 2];
+    for &k in positions {
+        let el = &loaded.elements[k];
+        let Some(ir) = el.ir.get(method) else {
+            continue;
+        };
+        let abs = abstract_element(ir, &el.use_);
+        for (seen, h) in seen.iter_mut().zip([&abs.req, &abs.resp]) {
+            *seen |= h.reads.iter().any(body)
+                || h.writes.iter().any(|(target, deps)| {
+                    let writes_body = match target {
+                        Target::Message | Target::AnyHeader => true,
+                        Target::Key(k) => !k.starts_with("h:"),
+                        Target::State(_) => false,
+                    };
+                    writes_body || deps.iter().any(body)
+                });
+        }
+    }
+    seen
 }
 
 /// The metadata keys a segment's elements can read or write for one method, plus those the
