@@ -266,6 +266,6 @@ func serverInterceptorBench(b *testing.B, cold bool) {
 				stamped = metadata.NewIncomingContext(ctx, metadata.Join(in, out))
 				return status.Error(codes.Unavailable, "no server")
 			})
-		run(b, rt.UnaryServerInterceptor(), weft.ServerCodec(), stamped)
+		run(b, rt.UnaryServerInterceptor(), rt.ServerCodec(), stamped)
 	})
 }

@@ -58,9 +58,10 @@ static int32_t go_weft_response(uintptr_t rt, int32_t side, uintptr_t c, uintptr
 
 // The keys come back in a malloc'd buffer (the caller frees it), grown here when too small.
 static int32_t go_weft_metadata_keys(WeftRuntime *rt, int32_t side, const uint8_t *method, size_t method_len,
-                                     WeftBuf *out, uint64_t *version) {
-	int32_t rc = weft_metadata_keys(rt, side, method, method_len, out, version);
-	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_metadata_keys(rt, side, method, method_len, out, version);
+                                     WeftBuf *out, uint64_t *version, uint32_t *messages) {
+	int32_t rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages);
+	if (rc == WEFT_E_BUFFER && go_weft_grow(out))
+		rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages);
 	return rc;
 }
 
@@ -295,12 +296,17 @@ func (s *callState) response(h *C.WeftRuntime, side C.int32_t, method cstr, rpc 
 func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool) {
 	var out C.WeftBuf
 	var version C.uint64_t
+	var messages C.uint32_t
 	initOut(&out, 256)
 	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
-	if C.go_weft_metadata_keys(h, side, (*C.uint8_t)(method.p), C.size_t(method.n), &out, &version) != rcOK {
+	if C.go_weft_metadata_keys(h, side, (*C.uint8_t)(method.p), C.size_t(method.n), &out, &version, &messages) != rcOK {
 		return nil, false
 	}
-	ks := &keySet{version: uint64(version)}
+	ks := &keySet{
+		version:         uint64(version),
+		requestMessage:  messages&C.WEFT_OBSERVES_REQUEST_MESSAGE != 0,
+		responseMessage: messages&C.WEFT_OBSERVES_RESPONSE_MESSAGE != 0,
+	}
 	b := outBytes(&out)
 	for len(b) >= 4 {
 		n := int(binary.LittleEndian.Uint32(b))

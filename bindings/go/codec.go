@@ -3,6 +3,7 @@ package weft
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"google.golang.org/grpc/encoding"
@@ -26,6 +27,9 @@ type Codec struct {
 	// server: keep request bytes for the unary server interceptor. Off on clients, where
 	// nothing would take them.
 	server bool
+	// rt: the runtime whose interceptor takes the bytes (ServerOptions); they are kept
+	// only once one of its chains has needed them. nil: always keep them.
+	rt *Runtime
 }
 
 var _ encoding.CodecV2 = (*Codec)(nil)
@@ -47,8 +51,15 @@ var (
 // (grpc.WithDefaultCallOptions(grpc.ForceCodecV2(weft.ClientCodec()))).
 func ClientCodec() encoding.CodecV2 { return clientCodec }
 
-// ServerCodec is the codec ServerOptions installs (grpc.ForceServerCodecV2).
+// ServerCodec is a server codec for options built by hand (grpc.ForceServerCodecV2): it keeps
+// every request's bytes for the unary server interceptor. Runtime.ServerCodec keeps them only
+// once the runtime's chains need them.
 func ServerCodec() encoding.CodecV2 { return serverCodec }
+
+// ServerCodec is the codec ServerOptions installs: it keeps a request's bytes for the unary
+// server interceptor once one of this runtime's server-side chains has read a request
+// message, and not before (a server running only metrics never pays for it).
+func (r *Runtime) ServerCodec() encoding.CodecV2 { return &Codec{server: true, rt: r} }
 
 // Name is "proto": the wire format is unchanged, peers without Weft interoperate.
 func (*Codec) Name() string { return "proto" }
@@ -87,7 +98,7 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		err = proto.Unmarshal(b.ReadOnlyData(), m)
 		b.Free()
 	}
-	if !c.server {
+	if !c.server || (err == nil && c.rt != nil && !c.rt.stashRequests.Load()) {
 		return err
 	}
 	// A request that does not decode still goes to the interceptor: grpc-go would answer
@@ -143,8 +154,19 @@ type stashed struct {
 	err error // the request did not decode
 }
 
+// free releases the kept bytes (once; a zero stashed holds none).
+func (b *stashed) free() {
+	if b.buf != nil {
+		b.buf.Free()
+		b.buf = nil
+	}
+}
+
 type byteStash struct {
 	shards [16]stashShard
+	// held counts the entries in all shards, so a take finds an empty stash without a lock
+	// (a server whose codec keeps no bytes).
+	held atomic.Int64
 }
 
 type stashShard struct {
@@ -174,22 +196,31 @@ func (s *byteStash) put(m proto.Message, b stashed) {
 		for _, old := range sh.m {
 			old.buf.Free()
 		}
+		s.held.Add(-int64(len(sh.m)))
 		sh.m = make(map[unsafe.Pointer]stashed, 64)
 	}
 	if old, ok := sh.m[k]; ok {
 		old.buf.Free()
+	} else {
+		s.held.Add(1)
 	}
 	sh.m[k] = b
 	sh.mu.Unlock()
 }
 
 func (s *byteStash) take(m proto.Message) (stashed, bool) {
+	// A put for m happened before on this goroutine (the codec decodes the request right
+	// before grpc-go calls the interceptor), so an empty count means m has no entry.
+	if s.held.Load() == 0 {
+		return stashed{}, false
+	}
 	k := msgKey(m)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	b, ok := sh.m[k]
 	if ok {
 		delete(sh.m, k)
+		s.held.Add(-1)
 	}
 	sh.mu.Unlock()
 	return b, ok

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,7 +17,7 @@ import (
 // once and the interceptors see the received bytes) and the unary and stream interceptors.
 func (r *Runtime) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(serverCodec),
+		grpc.ForceServerCodecV2(r.ServerCodec()),
 		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(r.streamServer(true)),
 	}
@@ -35,22 +36,22 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	s := getCall()
 	defer putCall(s)
 	in, codec := requestBytes.take(reqMsg)
-	if codec {
-		b, extra := contiguous(in.buf)
-		s.msg.set(b)
-		if extra != nil {
-			extra.Free()
-		}
-		in.buf.Free()
-	} else if buf, err := encodeInto(s, reqMsg); err != nil {
-		return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
-	} else {
-		buf.Free()
-	}
 	mi := r.methodInfo(info.FullMethod)
 	m := mi.c
 	ks := r.serverKeys(mi, false)
-	if ks != nil && ks.version != 0 {
+	// With only the observed keys passed, a request the chain cannot observe (metrics)
+	// is not passed either: neither copied into C memory nor encoded again.
+	partial := ks != nil && ks.version != 0
+	passRequest := !partial || ks.requestMessage
+	if passRequest {
+		if err := r.requestInto(s, &in, codec, reqMsg); err != nil {
+			return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
+		}
+	} else {
+		in.free()
+		s.msg.len = 0
+	}
+	if partial {
 		// Only the keys the chain observes: copying all of the request's metadata out of
 		// the context (FromIncomingContext) and encoding it was a sixth of this
 		// interceptor's time (BenchmarkServerInterceptor).
@@ -64,6 +65,11 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		// or a stamp naming an older version): pass everything, and learn the new keys.
 		r.serverKeys(mi, true)
 		s.encodeIncoming(ctx)
+		if !passRequest {
+			if err := r.requestInto(s, &in, false, reqMsg); err != nil {
+				return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
+			}
+		}
 		rc = r.runRequest(s, sideServer, m)
 	}
 	if rc == rcNoEdge {
@@ -138,10 +144,16 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		r.abandon(rpc)
 		return nil, status.Errorf(codes.Internal, "weft: %s: response %T is not a protobuf message", info.FullMethod, resp)
 	}
-	out, err := encodeInto(s, respMsg)
-	if err != nil {
-		r.abandon(rpc)
-		return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
+	// The response's bytes go to the chain only if it can observe them; otherwise grpc-go
+	// encodes the message as it would without Weft.
+	var out mem.BufferSlice
+	if s.keysVersion == 0 || ks.responseMessage {
+		if out, err = encodeInto(s, respMsg); err != nil {
+			r.abandon(rpc)
+			return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
+		}
+	} else {
+		s.msg.len = 0
 	}
 	rec.encode(s)
 	rc = r.runResponse(s, sideServer, m, rpc, 0, "")
@@ -164,11 +176,33 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		out.Free()
 		return serverReply(s.outMessage(), codec, info.FullMethod, respMsg)
 	}
-	if codec {
+	if codec && out != nil {
 		return &rawMessage{buf: out, transfer: true}, nil
 	}
 	out.Free()
 	return resp, nil
+}
+
+// requestInto puts the request's bytes in s.msg: those the codec kept (stashed), else the
+// message encoded once more. It frees what the codec kept. A request that needed its bytes
+// and found none kept makes the runtime's codec keep them from now on.
+func (r *Runtime) requestInto(s *callState, in *stashed, stashed bool, req proto.Message) error {
+	if !stashed {
+		r.stashRequests.Store(true)
+		buf, err := encodeInto(s, req)
+		if err != nil {
+			return err
+		}
+		buf.Free()
+		return nil
+	}
+	b, extra := contiguous(in.buf)
+	s.msg.set(b)
+	if extra != nil {
+		extra.Free()
+	}
+	in.free()
+	return nil
 }
 
 // encodeIncoming passes the request's complete metadata.

@@ -41,6 +41,11 @@ type Runtime struct {
 
 	methods atomic.Pointer[map[string]*methodInfo]
 	methMu  sync.Mutex
+
+	// stashRequests: some server-side chain of this runtime has needed a request's bytes,
+	// so the codec ServerOptions installs keeps them for the interceptor. Until then (a
+	// server running only elements that read no message, such as metrics) it keeps none.
+	stashRequests atomic.Bool
 }
 
 // methodInfo is what the binding keeps per method name.
@@ -58,6 +63,10 @@ type keySet struct {
 	// stampOnly: the only key is weft-version, which the library reads to pick the version;
 	// no element reads or writes metadata.
 	stampOnly bool
+	// requestMessage, responseMessage: the chain's request (response) handlers can observe
+	// that message. When one cannot, a call that passes only these keys passes no message
+	// for that direction.
+	requestMessage, responseMessage bool
 }
 
 // ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than
@@ -202,7 +211,7 @@ func (r *Runtime) serverKeys(m *methodInfo, refresh bool) *keySet {
 	if !ok {
 		// No edge for the method, or an error: the complete metadata is always right, and
 		// asking again on every call would cost a library call each.
-		ks = &keySet{}
+		ks = &keySet{requestMessage: true, responseMessage: true}
 	}
 	m.serverKeys.Store(ks)
 	return ks

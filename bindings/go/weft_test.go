@@ -310,6 +310,59 @@ func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
 	}
 }
 
+// A server chain that reads no message (metrics) is passed none; one that does (a firewall)
+// gets the request's bytes on its first call, before the codec has learnt to keep them, and
+// on every later one.
+func TestServerChainGetsTheRequestOnlyWhenItReadsIt(t *testing.T) {
+	for _, tc := range []struct {
+		server string
+		denies bool
+	}{
+		{"      - metrics\n", false},
+		{"      - firewall: {field: user, deny: [mallory]}\n      - metrics\n", true},
+	} {
+		// Plain grpc-go on the client: the server is the only Weft hop.
+		srt := open(t, edge("echo.Echo/Say", "    server:\n"+tc.server), "echo")
+		srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+		c := dial(t, addr)
+		for i, user := range []string{"mallory", "alice", "mallory", "alice"} {
+			r, err := c.Say(ctx(t), &echopb.SayRequest{User: user, Body: "hi"})
+			if tc.denies && user == "mallory" {
+				wantCode(t, err, codes.PermissionDenied, "")
+				continue
+			}
+			if err != nil || r.GetBody() != "hi" {
+				t.Fatalf("%q call %d (%s): %v %v", tc.server, i, user, r, err)
+			}
+		}
+		want := int64(4)
+		if tc.denies {
+			want = 2
+		}
+		if n := srv.calls.Load(); n != want {
+			t.Fatalf("%q: the handler saw %d calls, want %d", tc.server, n, want)
+		}
+	}
+}
+
+// A corrupt request is INVALID_ARGUMENT even when the server chain reads no message.
+func TestCorruptPayloadIsInvalidArgumentWhenTheChainReadsNoMessage(t *testing.T) {
+	srt := open(t, edge("echo.Echo/Say", "    server:\n      - metrics\n"), "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
+	var reply []byte
+	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
+	wantCode(t, err, codes.InvalidArgument, "")
+	if srv.calls.Load() != 0 {
+		t.Fatal("a corrupt request reached the handler")
+	}
+}
+
 func TestBadConfigIsAnErrorNamingTheProblem(t *testing.T) {
 	_, err := weft.Open("/nonexistent/weft.yaml", "echo")
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/weft.yaml") {
