@@ -11,7 +11,8 @@
 use std::ffi::CString;
 
 use weft_runtime::ffi::{
-    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_open_yaml,
+    WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK, WEFT_SIDE_CLIENT,
+    WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_metadata_keys, weft_open_yaml,
     weft_request, weft_response,
 };
 
@@ -63,9 +64,40 @@ fn main() {
     if server {
         entry(&mut md, "weft-version", "stamped-by-an-older-client");
     }
-    let request = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench";
-    let reply = b"\n\x0bhello, echo\x12\x06echo-0";
     let method = b"/echo.Echo/Say";
+    // As the Go server does: pass only the observed keys, and no message the chain cannot
+    // observe.
+    let (mut keys_version, mut messages) = (0u64, 0u32);
+    if server {
+        let mut keys = vec![0u8; 256];
+        let mut out = WeftBuf::over(&mut keys);
+        // SAFETY: a live runtime, a readable method name and valid out-pointers.
+        let rc = unsafe {
+            weft_metadata_keys(
+                rt,
+                side,
+                method.as_ptr(),
+                method.len(),
+                &mut out,
+                &mut keys_version,
+                &mut messages,
+            )
+        };
+        assert_eq!(rc, WEFT_OK);
+    }
+    let observed = |bit: u32| !server || keys_version == 0 || messages & bit != 0;
+    let full_request = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench";
+    let full_reply = b"\n\x0bhello, echo\x12\x06echo-0";
+    let request: &[u8] = if observed(WEFT_OBSERVES_REQUEST_MESSAGE) {
+        full_request
+    } else {
+        &[]
+    };
+    let reply: &[u8] = if observed(WEFT_OBSERVES_RESPONSE_MESSAGE) {
+        full_reply
+    } else {
+        &[]
+    };
     let (mut m, mut meta, mut route) = (vec![0u8; 1024], vec![0u8; 512], vec![0u8; 64]);
     let mut call = WeftCall {
         method: method.as_ptr(),
@@ -73,6 +105,7 @@ fn main() {
         out_message: WeftBuf::over(&mut m),
         out_metadata: WeftBuf::over(&mut meta),
         route: WeftBuf::over(&mut route),
+        metadata_keys_version: keys_version,
         ..WeftCall::default()
     };
     let mut responses = 0u64;
