@@ -2,8 +2,8 @@
 //! them, for instruction counts (`valgrind --tool=callgrind`) and profiles of the runtime's
 //! own path around the compiled chain (docs/benchmarks.md, "Go").
 //!
-//! `ffi_iters client|server N`: the client side runs logging, ratelimit, firewall and fault;
-//! the server side runs metrics, as in `BenchmarkEcho`.
+//! `ffi_iters client|server N [cold|evict-only]`: the client side runs logging, ratelimit,
+//! firewall and fault; the server side runs metrics, as in `BenchmarkEcho`.
 
 // An example binary: a failed unwrap is a failed run, with its message.
 #![allow(clippy::unwrap_used)]
@@ -47,6 +47,18 @@ fn main() {
         _ => panic!("usage: ffi_iters client|server N"),
     };
     let n: u64 = args.next().map_or(1_000_000, |s| s.parse().unwrap());
+    // `cold`: before each RPC, write one byte per cache line of a buffer larger than a
+    // core's L2, as the Go benchmarks' Cold variants do. Under `valgrind --tool=cachegrind
+    // --cache-sim=yes` the misses per RPC, less those of `evict-only`, count the cache lines
+    // the library touches: its footprint between two RPCs of a busy process.
+    let mode = args.next().unwrap_or_default();
+    let (cold, run_calls) = match mode.as_str() {
+        "" => (false, true),
+        "cold" => (true, true),
+        "evict-only" => (true, false),
+        other => panic!("unknown mode {other:?}: cold or evict-only"),
+    };
+    let mut evict = vec![0u8; if cold { 3 << 20 } else { 0 }];
     let yaml = CString::new(EDGE).unwrap();
     let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
     let base = CString::new(base).unwrap();
@@ -110,6 +122,13 @@ fn main() {
     };
     let mut responses = 0u64;
     for _ in 0..n {
+        for line in evict.iter_mut().step_by(64) {
+            *line = line.wrapping_add(1);
+        }
+        std::hint::black_box(&mut evict);
+        if !run_calls {
+            continue;
+        }
         call.metadata = md.as_ptr();
         call.metadata_len = md.len();
         call.message = request.as_ptr();
