@@ -558,7 +558,9 @@ impl Engine {
         let stamp = (side == Side::Client).then_some(version.digest.as_str());
         let (input, stamped) = fresh_message(stamp, fill);
         let seg = &version.segments[route.segment];
-        let Some(compiled) = seg.compiled[route.method].clone() else {
+        // Borrowed from the version this call holds, not cloned: an atomic add and subtract
+        // on a count every thread shares.
+        let Some(compiled) = seg.compiled[route.method].as_deref() else {
             // No element of this edge runs on this side: the request passes as it came
             // (stamped, on the client side).
             return Ok(RequestOutcome {
@@ -694,7 +696,8 @@ impl Engine {
         fill: impl FnOnce(&mut Message),
     ) -> Result<ResponseOutcome, EngineError> {
         let (input, _) = fresh_message(None, fill);
-        let version = Arc::clone(&rpc.version);
+        // Borrowed, not cloned: an atomic add and subtract on a count every thread shares.
+        let version = &rpc.version;
         let seg = &version.segments[rpc.segment];
         let answer = match (&seg.compiled[rpc.method], rpc.forwarded) {
             (Some(compiled), n) if n > 0 => {
