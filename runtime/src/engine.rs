@@ -816,10 +816,10 @@ impl Inner {
                 .clone(),
         };
         let number = self.next_install.load(Ordering::Relaxed);
-        // Held through the build, which takes over its elements' state: an `Arc`, not a
-        // short-lived guard.
+        // Held through the build and the install, which takes over its elements' state: an
+        // `Arc`, not a short-lived guard.
         let current = self.table.load_full();
-        let built = build(
+        let mut built = build(
             &source,
             &self.service,
             &self.options,
@@ -832,6 +832,9 @@ impl Inner {
             // Same content, same stamp: installing it again would only reset element state.
             return Ok(Reloaded::Unchanged(current.current.number));
         }
+        // The state is copied now, with the current version's segments locked until the new
+        // one is installed: what RPCs wrote during the build is carried over.
+        let held = built.take_over_state(&current.current)?;
         self.next_install.fetch_add(1, Ordering::Relaxed);
         let mut older: Vec<Weak<Version>> = current
             .older
@@ -840,12 +843,13 @@ impl Inner {
             .cloned()
             .collect();
         older.push(Arc::downgrade(&current.current));
-        drop(current);
         // Only the reload lock's holder stores, so a plain store cannot lose an update.
         self.table.store(Arc::new(Table {
             current: Arc::new(built),
             older,
         }));
+        drop(held);
+        drop(current);
         Ok(Reloaded::Installed(number))
     }
 }

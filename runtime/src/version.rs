@@ -140,6 +140,17 @@ pub(crate) struct Segment {
     /// By method index: whether the request handlers, and the response handlers, can
     /// observe the message's bytes ([`message_observed`]).
     pub message_observed: Vec<[bool; 2]>,
+    /// The instances that take over the state of the previous version's instance of the
+    /// same element when this version is installed ([`Version::take_over_state`]).
+    take_over: Vec<TakeOver>,
+}
+
+/// Instance `new` of a segment starts from the state of instance `old` of the previous
+/// version's segment of the same edge and side: the same element, unchanged.
+struct TakeOver {
+    new: usize,
+    old: usize,
+    ir: Arc<weft_ir::ir::Element>,
 }
 
 /// What an instance's starting state is made from: the element as configured (name,
@@ -418,9 +429,9 @@ fn build_segment(
             schema: Arc::clone(&schema),
         });
     }
-    if let Some(before) = before {
-        take_over_state(loaded, &positions, &origins, &mut instances, before)?;
-    }
+    let take_over = before.map_or_else(Vec::new, |before| {
+        plan_take_over(loaded, &positions, &origins, &instances, before)
+    });
     let mut compiled = Vec::with_capacity(loaded.methods.len());
     let mut rpc_template = Vec::with_capacity(loaded.methods.len());
     let mut keys = Vec::with_capacity(loaded.methods.len());
@@ -482,6 +493,7 @@ fn build_segment(
         visible_keys: visible,
         response_inert: inert,
         message_observed: observed,
+        take_over,
     })
 }
 
@@ -626,42 +638,85 @@ pub(crate) struct HeaderKeys {
     pub visible: Vec<String>,
 }
 
-/// Gives each new instance whose element is unchanged (same name, parameters, `state:` and
-/// source as in the version before) the state that version's instance has now, and its
-/// error counters: a reload that leaves an element alone must not refill its rate limiter,
-/// empty its cache or zero its counters. Changed and new elements keep the state their
-/// `init` made. Writes that RPCs still running in the older version make after this copy
-/// stay there (docs/engine.md, "Reload").
-fn take_over_state(
+/// Which new instances take over the state of the version before: each whose element is
+/// unchanged (same name, parameters, `state:` and source as there). A reload that leaves an
+/// element alone must not refill its rate limiter, empty its cache or zero its counters;
+/// changed and new elements keep the state their `init` made. The state itself is copied
+/// when the version is installed ([`Version::take_over_state`]), not here: writes that
+/// RPCs make while the version is built must not be lost.
+fn plan_take_over(
     loaded: &LoadedEdge,
     positions: &[usize],
     origins: &[Origin],
-    instances: &mut [Instance],
+    instances: &[Instance],
     before: &Segment,
-) -> Result<(), EngineError> {
-    let mut old = before.instances();
-    for ((&k, origin), new) in positions.iter().zip(origins).zip(instances.iter_mut()) {
-        let Some(j) = before.names.iter().position(|n| *n == new.name) else {
+) -> Vec<TakeOver> {
+    let mut plan = Vec::new();
+    for (new, ((&k, origin), instance)) in positions.iter().zip(origins).zip(instances).enumerate()
+    {
+        let Some(old) = before.names.iter().position(|n| *n == instance.name) else {
             continue;
         };
-        let (Some(previous), Some(old_origin)) = (old.get_mut(j), before.origins.get(j)) else {
-            continue;
-        };
-        if old_origin != origin {
+        if before.origins.get(old) != Some(origin) {
             continue;
         }
         let ir = loaded
             .methods
             .first()
             .and_then(|m| loaded.elements[k].ir.get(&m.full_name));
-        let Some(ir) = ir else { continue };
-        copy_state(previous, new, ir).map_err(|message| EngineError::Instance {
-            edge: loaded.edge.name.clone(),
-            element: new.name.clone(),
-            message: format!("taking over the state of the previous version: {message}"),
-        })?;
+        if let Some(ir) = ir {
+            plan.push(TakeOver {
+                new,
+                old,
+                ir: Arc::clone(ir),
+            });
+        }
     }
-    Ok(())
+    plan
+}
+
+impl Version {
+    /// Gives each instance of this version, not yet installed, whose element is unchanged
+    /// the state its predecessor in `previous` has now, and its error counters. Each
+    /// predecessor's segment stays locked until the returned guards are dropped: drop them
+    /// only after this version is installed, so that no RPC of `previous` writes state
+    /// between the copy and the install. What RPCs already running in `previous` write
+    /// after that (a response handler's counters) stays there (docs/engine.md, "Reload").
+    pub(crate) fn take_over_state<'a>(
+        &mut self,
+        previous: &'a Version,
+    ) -> Result<Vec<MutexGuard<'a, Vec<Instance>>>, EngineError> {
+        let mut held = Vec::new();
+        for seg in &mut self.segments {
+            if seg.take_over.is_empty() {
+                continue;
+            }
+            let Some(before) = previous
+                .segments
+                .iter()
+                .find(|b| b.edge == seg.edge && b.side == seg.side)
+            else {
+                continue;
+            };
+            let mut old = before.instances();
+            let new = seg
+                .instances
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            for t in &seg.take_over {
+                let (Some(from), Some(to)) = (old.get_mut(t.old), new.get_mut(t.new)) else {
+                    continue;
+                };
+                copy_state(from, to, &t.ir).map_err(|message| EngineError::Instance {
+                    edge: seg.edge.clone(),
+                    element: to.name.clone(),
+                    message: format!("taking over the state of the previous version: {message}"),
+                })?;
+            }
+            held.push(old);
+        }
+        Ok(held)
+    }
 }
 
 /// Replaces `to`'s state with `from`'s, variable by variable (a map's entries from `init`

@@ -7,7 +7,9 @@
 mod common;
 
 use common::{Seen, echo_edge, examples, no_metadata, options, round_trip, two_strings};
+use std::sync::Arc;
 use weft_hostcalls::Code;
+
 use weft_runtime::{Engine, Reloaded, ServerResponse, Side, Verdict};
 
 /// A token bucket of `capacity` that refills too slowly to matter during a test.
@@ -130,5 +132,122 @@ fn a_changed_schema_starts_the_cache_afresh() {
     assert!(
         reached(&client, &server),
         "a cache built under another schema must not answer"
+    );
+}
+
+/// A clock that runs a hook, once, at the first reading after it is armed: a test's way to
+/// act in the middle of a reload (elements read the clock in `init`).
+struct HookClock {
+    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl weft_hostcalls::clock::Clock for HookClock {
+    fn now(&self) -> f64 {
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        0.0
+    }
+}
+
+/// Two edges of service `echo`: `a_in` (its server side counts requests down from 2, with an
+/// `init` that reads no clock) and `b_out` (its client side rate-limits; `ratelimit`'s `init`
+/// reads the clock). Edges are built in order, so `b_out`'s `init` runs after `a_in`'s
+/// segment is built.
+fn two_edges(out_capacity: u32) -> String {
+    format!(
+        "protos: [echo.proto]
+element_paths: [elements]
+edges:
+  a_in:
+    from: frontend
+    to: echo
+    method: echo.Echo/Say
+    server:
+      - countdown
+  b_out:
+    from: echo
+    to: backend
+    method: echo.Echo/Say
+    client:
+      - {}
+",
+        ratelimit(out_capacity)
+    )
+}
+
+const COUNTDOWN: &str = "# Lets `n` requests through, then rejects with RESOURCE_EXHAUSTED.
+state:
+    left: int
+
+init(n: int = 2):
+    left = n
+
+req(rpc):
+    if left > 0:
+        left = left - 1
+        send(rpc, Down)
+    else:
+        send(err('spent', RESOURCE_EXHAUSTED), Up)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+/// Whether the server side of `a_in` lets one request through.
+fn server_passes(server: &Engine) -> bool {
+    let out = server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/Say",
+            no_metadata(),
+            two_strings("alice", "hi"),
+        )
+        .unwrap();
+    match out.verdict {
+        Verdict::Forward(_) => true,
+        Verdict::Reject { code, .. } => {
+            assert_eq!(code, Code::ResourceExhausted);
+            false
+        }
+        other => panic!("unexpected verdict {other:?}"),
+    }
+}
+
+#[test]
+fn state_written_while_a_reload_builds_is_carried_over() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        examples().join("echo/echo.proto"),
+        dir.path().join("echo.proto"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("elements")).unwrap();
+    std::fs::write(dir.path().join("elements/countdown.weft"), COUNTDOWN).unwrap();
+    let clock = Arc::new(HookClock {
+        hook: std::sync::Mutex::new(None),
+    });
+    let mut opts = options();
+    opts.clock = clock.clone();
+    let server = Arc::new(Engine::open_yaml(&two_edges(100), dir.path(), "echo", opts).unwrap());
+
+    // While the new version is being built (at `b_out`'s `init`, after `a_in`'s segment is
+    // built), one request passes the countdown in the running version.
+    let during = Arc::clone(&server);
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::clone(&fired);
+    *clock.hook.lock().unwrap() = Some(Box::new(move || {
+        assert!(server_passes(&during), "the first of two");
+        seen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }));
+    installed(server.reload_yaml(&two_edges(101), dir.path()).unwrap());
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+
+    // The countdown is unchanged, so the new version continues it: one request is left.
+    assert!(server_passes(&server), "the second of two");
+    assert!(
+        !server_passes(&server),
+        "the request made during the build must count in the new version"
     );
 }
