@@ -289,10 +289,18 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 var _ encoding.CodecV2 = rawCodec{}
 
 func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
-	yaml := edge("echo.Echo/Say", `    server:
+	err := callWithCorruptPayload(t, `    server:
       - firewall: {field: user, deny: [mallory]}
 `)
-	srt := open(t, yaml, "echo")
+	t.Logf("caller sees: %v", err)
+}
+
+// callWithCorruptPayload sends bytes that do not decode to a server running the edge's
+// server side, checks the caller gets INVALID_ARGUMENT and the handler never runs, and
+// returns the caller's error.
+func callWithCorruptPayload(t *testing.T, server string) error {
+	t.Helper()
+	srt := open(t, edge("echo.Echo/Say", server), "echo")
 	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
@@ -304,10 +312,10 @@ func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
 	var reply []byte
 	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
 	wantCode(t, err, codes.InvalidArgument, "")
-	t.Logf("caller sees: %v", err)
 	if srv.calls.Load() != 0 {
 		t.Fatal("a corrupt request reached the handler")
 	}
+	return err
 }
 
 // A server chain that reads no message (metrics) is passed none; one that does (a firewall)
@@ -347,20 +355,7 @@ func TestServerChainGetsTheRequestOnlyWhenItReadsIt(t *testing.T) {
 
 // A corrupt request is INVALID_ARGUMENT even when the server chain reads no message.
 func TestCorruptPayloadIsInvalidArgumentWhenTheChainReadsNoMessage(t *testing.T) {
-	srt := open(t, edge("echo.Echo/Say", "    server:\n      - metrics\n"), "echo")
-	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
-	var reply []byte
-	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
-	wantCode(t, err, codes.InvalidArgument, "")
-	if srv.calls.Load() != 0 {
-		t.Fatal("a corrupt request reached the handler")
-	}
+	callWithCorruptPayload(t, "    server:\n      - metrics\n")
 }
 
 func TestBadConfigIsAnErrorNamingTheProblem(t *testing.T) {

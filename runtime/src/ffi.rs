@@ -1067,49 +1067,45 @@ edges:
         assert_eq!(messages, 0);
         let mut md = Vec::new();
         entry(&mut md, "weft-version", b"from-the-client");
-        let method = b"/echo.Echo/Say";
-        let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 128], vec![0u8; 16]);
-        let mut call = WeftCall {
-            method: method.as_ptr(),
-            method_len: method.len(),
-            metadata: md.as_ptr(),
-            metadata_len: md.len(),
-            metadata_keys_version: version,
-            out_message: WeftBuf::over(&mut m),
-            out_metadata: WeftBuf::over(&mut meta),
-            route: WeftBuf::over(&mut route),
-            ..WeftCall::default()
-        };
         // Both runtimes were built from the same config, so their first versions agree.
-        // SAFETY: a live runtime and a call whose pointers are valid for their lengths (the
-        // message is empty).
+        let request = run_call(rt, WEFT_SIDE_SERVER, 0, &md, version, &[]);
+        assert_eq!(request.rc, WEFT_OK);
         assert_eq!(
-            unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) },
-            WEFT_OK
-        );
-        assert_eq!(
-            (call.verdict, call.message_changed),
+            (request.verdict, request.message_changed),
             (WEFT_VERDICT_FORWARD, 0)
         );
-        assert_ne!(call.rpc, 0, "metrics waits for the response");
-        call.metadata_len = 0;
-        // SAFETY: as above; `rpc` is the handle the request returned.
+        assert_ne!(request.rpc, 0, "metrics waits for the response");
+        let response = run_call(rt, WEFT_SIDE_SERVER, request.rpc, &[], version, &[]);
+        assert_eq!(response.rc, WEFT_OK);
         assert_eq!(
-            unsafe { weft_response(rt, WEFT_SIDE_SERVER, &mut call) },
-            WEFT_OK
-        );
-        assert_eq!(
-            (call.verdict, call.message_changed),
+            (response.verdict, response.message_changed),
             (WEFT_VERDICT_FORWARD, 0)
         );
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
     }
 
-    /// A client request with metadata `md`: (metadata_changed, the metadata written back).
-    fn client_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, Vec<(String, Vec<u8>)>) {
+    /// What one call returned, copied out of its `WeftCall`.
+    struct Outcome {
+        rc: i32,
+        rpc: u64,
+        verdict: i32,
+        message_changed: i32,
+        metadata_changed: i32,
+        metadata: Vec<(String, Vec<u8>)>,
+    }
+
+    /// `weft_request` (`rpc` 0) or `weft_response` (the request's handle) for
+    /// `echo.Echo/Say` on `side`.
+    fn run_call(
+        rt: *mut WeftRuntime,
+        side: i32,
+        rpc: u64,
+        md: &[u8],
+        keys_version: u64,
+        message: &[u8],
+    ) -> Outcome {
         let method = b"/echo.Echo/Say";
-        let message = b"\n\x05alice";
         let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 256], vec![0u8; 16]);
         let mut call = WeftCall {
             method: method.as_ptr(),
@@ -1118,21 +1114,37 @@ edges:
             metadata_len: md.len(),
             message: message.as_ptr(),
             message_len: message.len(),
+            rpc,
+            metadata_keys_version: keys_version,
             out_message: WeftBuf::over(&mut m),
             out_metadata: WeftBuf::over(&mut meta),
             route: WeftBuf::over(&mut route),
             ..WeftCall::default()
         };
         // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-        assert_eq!(
-            unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) },
-            WEFT_OK
-        );
-        assert_eq!(call.rpc, 0, "no client-side element waits for the response");
-        (
-            call.metadata_changed,
-            entries(&meta[..call.out_metadata.len]),
-        )
+        let rc = unsafe {
+            if rpc == 0 {
+                weft_request(rt, side, &mut call)
+            } else {
+                weft_response(rt, side, &mut call)
+            }
+        };
+        Outcome {
+            rc,
+            rpc: call.rpc,
+            verdict: call.verdict,
+            message_changed: call.message_changed,
+            metadata_changed: call.metadata_changed,
+            metadata: entries(&meta[..call.out_metadata.len]),
+        }
+    }
+
+    /// A client request with metadata `md`: (metadata_changed, the metadata written back).
+    fn client_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, Vec<(String, Vec<u8>)>) {
+        let out = run_call(rt, WEFT_SIDE_CLIENT, 0, md, 0, b"\n\x05alice");
+        assert_eq!(out.rc, WEFT_OK);
+        assert_eq!(out.rpc, 0, "no client-side element waits for the response");
+        (out.metadata_changed, out.metadata)
     }
 
     #[test]
@@ -1185,25 +1197,9 @@ edges:
 
     /// A server request through `metrics` with metadata `md`: (return code, metadata_changed).
     fn server_request(rt: *mut WeftRuntime, md: &[u8]) -> (i32, i32) {
-        let method = b"/echo.Echo/Say";
-        let message = b"\n\x05alice";
-        let (mut m, mut meta, mut route) = (vec![0u8; 64], vec![0u8; 128], vec![0u8; 16]);
-        let mut call = WeftCall {
-            method: method.as_ptr(),
-            method_len: method.len(),
-            metadata: md.as_ptr(),
-            metadata_len: md.len(),
-            message: message.as_ptr(),
-            message_len: message.len(),
-            out_message: WeftBuf::over(&mut m),
-            out_metadata: WeftBuf::over(&mut meta),
-            route: WeftBuf::over(&mut route),
-            ..WeftCall::default()
-        };
-        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-        let rc = unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) };
-        // SAFETY: as above; the handle is this call's.
-        unsafe { weft_rpc_abandon(rt, call.rpc) };
-        (rc, call.metadata_changed)
+        let out = run_call(rt, WEFT_SIDE_SERVER, 0, md, 0, b"\n\x05alice");
+        // SAFETY: a live runtime; the handle is this call's.
+        unsafe { weft_rpc_abandon(rt, out.rpc) };
+        (out.rc, out.metadata_changed)
     }
 }
