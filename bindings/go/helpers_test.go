@@ -84,7 +84,12 @@ func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {
 		e.mu.Lock()
 		e.last = proto.Clone(req).(*echopb.SayRequest)
 		e.lastMD = md
+		header := e.replyHeader
 		e.mu.Unlock()
+		// Set before each reply; after the first, grpc-go has sent the headers and refuses.
+		if header != nil {
+			_ = stream.SetHeader(header)
+		}
 		if err := stream.Send(&echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}); err != nil {
 			return err
 		}

@@ -284,6 +284,10 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		for _, rpc := range w.pending.drain() {
 			r.abandon(rpc)
 		}
+		// Headers the handler set but no message carried go out with the status.
+		if ferr := w.flushHeader(); err == nil {
+			err = ferr
+		}
 		return err
 	}
 }
@@ -296,6 +300,40 @@ type serverStream struct {
 	md      metadata.MD
 	codec   bool
 	pending handleQueue
+
+	// header: the response headers the handler set, held back until the first message
+	// goes out, so that the chain sees them on each response and may change them until
+	// then. SetHeader, SendHeader and SendMsg are the handler's send side, which grpc-go
+	// does not allow on two goroutines at once; so no lock.
+	header     metadata.MD
+	headerSent bool
+}
+
+func (w *serverStream) SetHeader(md metadata.MD) error {
+	if w.headerSent {
+		return w.ServerStream.SetHeader(md)
+	}
+	w.header = metadata.Join(w.header, md)
+	return nil
+}
+
+func (w *serverStream) SendHeader(md metadata.MD) error {
+	w.header = metadata.Join(w.header, md)
+	w.headerSent = true
+	return w.ServerStream.SendHeader(w.header)
+}
+
+// flushHeader hands grpc-go the held-back headers, before the first message (or the status)
+// carries them.
+func (w *serverStream) flushHeader() error {
+	if w.headerSent {
+		return nil
+	}
+	w.headerSent = true
+	if len(w.header) == 0 {
+		return nil
+	}
+	return w.ServerStream.SetHeader(w.header)
 }
 
 func (w *serverStream) RecvMsg(v any) error {
@@ -391,6 +429,9 @@ func badRequest(method string, err error) error {
 // sendBytes sends a message the chain produced. like is any message of the stream's types,
 // used to find the response type when Weft's codec is not installed.
 func (w *serverStream) sendBytes(b []byte, like proto.Message) error {
+	if err := w.flushHeader(); err != nil {
+		return err
+	}
 	if w.codec {
 		out := rawMessage{buf: copyOut(b), transfer: true}
 		return w.ServerStream.SendMsg(&out)
@@ -412,6 +453,9 @@ func (w *serverStream) SendMsg(v any) error {
 	}
 	rpc := w.pending.pop()
 	if rpc == 0 {
+		if err := w.flushHeader(); err != nil {
+			return err
+		}
 		return w.ServerStream.SendMsg(v)
 	}
 	s := getCall()
@@ -421,11 +465,16 @@ func (w *serverStream) SendMsg(v any) error {
 		w.r.abandon(rpc)
 		return status.Errorf(codes.Internal, "weft: %s: encoding a stream reply: %v", w.name, err)
 	}
-	s.md.len = 0
+	// The chain sees the headers the handler set. Once they went out with an earlier
+	// message, a change the chain makes to them cannot follow (grpc-go sends headers once).
+	s.encodeMD(w.header)
 	rc := w.r.runResponse(s, sideServer, w.m, rpc, 0, "")
 	if rc != rcOK {
 		out.Free()
 		return failure(rc, s, "server stream response "+w.name)
+	}
+	if s.metadataChanged() && !w.headerSent {
+		w.header = s.decodeMD(s.outMetadata()).Copy()
 	}
 	switch s.verdict() {
 	case verdictReject:
@@ -438,6 +487,10 @@ func (w *serverStream) SendMsg(v any) error {
 	if s.messageChanged() {
 		out.Free()
 		return w.sendBytes(s.outMessage(), msg)
+	}
+	if err := w.flushHeader(); err != nil {
+		out.Free()
+		return err
 	}
 	if w.codec {
 		raw := rawMessage{buf: out, transfer: true}

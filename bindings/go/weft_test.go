@@ -738,6 +738,53 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
 }
 
+// On a server stream, the chain sees the headers the handler set with each response, and what
+// it adds to them before the first message goes out reaches the client.
+func TestServerStreamChainSeesHeadersTheHandlerSets(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "appcheck.weft"), []byte(appHeaderCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n" +
+		"    server:\n      - appcheck\n"
+	c, srv := mesh(t, cfg)
+	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := stream.Send(&echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("message %d: the server chain must see the handler's header: %v", i, err)
+		}
+	}
+	header, err := stream.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"x-app": "v1", "x-app-seen": "yes"} {
+		if got := header.Get(key); len(got) != 1 || got[0] != want {
+			t.Fatalf("client got %s = %q, want %q (header %v)", key, got, want, header)
+		}
+	}
+	_ = stream.CloseSend()
+
+	srv.setReplyMetadata(nil, nil)
+	stream, err = c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
+}
+
 // A server chain that observes no metadata (metrics) leaves the handler's headers and
 // trailers to grpc-go, unrecorded: they still arrive, once each.
 func TestHandlerMetadataPassesAChainThatObservesNone(t *testing.T) {
