@@ -310,17 +310,34 @@ type serverStream struct {
 }
 
 func (w *serverStream) SetHeader(md metadata.MD) error {
-	if w.headerSent {
-		return w.ServerStream.SetHeader(md)
-	}
-	w.header = metadata.Join(w.header, md)
-	return nil
+	return holdHeader(&w.header, w.headerSent, w.ServerStream, md)
 }
 
 func (w *serverStream) SendHeader(md metadata.MD) error {
-	w.header = metadata.Join(w.header, md)
-	w.headerSent = true
-	return w.ServerStream.SendHeader(w.header)
+	return sendHeaderNow(&w.header, &w.headerSent, w.ServerStream, md)
+}
+
+// headerSender is where held-back headers go: grpc-go's stream, unary or streaming.
+type headerSender interface {
+	SetHeader(metadata.MD) error
+	SendHeader(metadata.MD) error
+}
+
+// holdHeader is a handler's SetHeader while its headers are held back in held; once they
+// were sent, it passes md on (grpc-go then refuses it).
+func holdHeader(held *metadata.MD, sent bool, to headerSender, md metadata.MD) error {
+	if sent {
+		return to.SetHeader(md)
+	}
+	*held = metadata.Join(*held, md)
+	return nil
+}
+
+// sendHeaderNow is a handler's SendHeader: the held headers and md go out at once.
+func sendHeaderNow(held *metadata.MD, sent *bool, to headerSender, md metadata.MD) error {
+	*held = metadata.Join(*held, md)
+	*sent = true
+	return to.SendHeader(*held)
 }
 
 // flushHeader hands grpc-go the held-back headers, before the first message (or the status)
@@ -545,17 +562,11 @@ type headerRecorder struct {
 }
 
 func (h *headerRecorder) SetHeader(md metadata.MD) error {
-	if h.sent {
-		return h.ServerTransportStream.SetHeader(md)
-	}
-	h.header = metadata.Join(h.header, md)
-	return nil
+	return holdHeader(&h.header, h.sent, h.ServerTransportStream, md)
 }
 
 func (h *headerRecorder) SendHeader(md metadata.MD) error {
-	h.header = metadata.Join(h.header, md)
-	h.sent = true
-	return h.ServerTransportStream.SendHeader(h.header)
+	return sendHeaderNow(&h.header, &h.sent, h.ServerTransportStream, md)
 }
 
 func (h *headerRecorder) SetTrailer(md metadata.MD) error {

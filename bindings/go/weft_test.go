@@ -708,15 +708,21 @@ var appHeaderCheck = responseOnly(`    if get_rpc_header(rpc, 'x-app') == 'v1':
         send(err('no x-app header', FAILED_PRECONDITION), Up)
 `)
 
-func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
+// appcheckMesh is a mesh whose server side runs appHeaderCheck on method.
+func appcheckMesh(t *testing.T, method string) (echopb.EchoClient, *echoServer) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "appcheck.weft"), []byte(appHeaderCheck), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
-		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: " + method + "\n" +
 		"    server:\n      - appcheck\n"
-	c, srv := mesh(t, cfg)
+	return mesh(t, cfg)
+}
+
+func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
+	c, srv := appcheckMesh(t, "echo.Echo/Say")
 	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), metadata.Pairs("x-done", "1"))
 	var header, trailer metadata.MD
 	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
@@ -741,14 +747,7 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 // On a server stream, the chain sees the headers the handler set with each response, and what
 // it adds to them before the first message goes out reaches the client.
 func TestServerStreamChainSeesHeadersTheHandlerSets(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "appcheck.weft"), []byte(appHeaderCheck), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
-		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n" +
-		"    server:\n      - appcheck\n"
-	c, srv := mesh(t, cfg)
+	c, srv := appcheckMesh(t, "echo.Echo/SayStream")
 	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
 	stream, err := c.SayStream(ctx(t))
 	if err != nil {
