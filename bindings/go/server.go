@@ -183,11 +183,11 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	return resp, nil
 }
 
-// requestInto puts the request's bytes in s.msg: those the codec kept (stashed), else the
-// message encoded once more. It frees what the codec kept. A request that needed its bytes
-// and found none kept makes the runtime's codec keep them from now on.
-func (r *Runtime) requestInto(s *callState, in *stashed, stashed bool, req proto.Message) error {
-	if !stashed {
+// requestInto puts the request's bytes in s.msg: those the codec kept in `in` (when kept),
+// else the message encoded once more. It frees what the codec kept. A request that needed
+// its bytes and found none kept makes the runtime's codec keep them from now on.
+func (r *Runtime) requestInto(s *callState, in *stashed, kept bool, req proto.Message) error {
+	if !kept {
 		r.stashRequests.Store(true)
 		buf, err := encodeInto(s, req)
 		if err != nil {
