@@ -253,12 +253,16 @@ impl Rpc {
 
     /// The response metadata keys elements can observe ([`Prepared::header_keys`]).
     pub fn header_keys(&self) -> Option<&[String]> {
-        self.version.segments[self.segment].header_keys[self.method].as_deref()
+        self.version.segments[self.segment].methods[self.method]
+            .header_keys
+            .as_deref()
     }
 
     /// Of those, the keys to decode for elements ([`Prepared::visible_keys`]).
     pub fn visible_keys(&self) -> Option<&[String]> {
-        self.version.segments[self.segment].visible_keys[self.method].as_deref()
+        self.version.segments[self.segment].methods[self.method]
+            .visible_keys
+            .as_deref()
     }
 }
 
@@ -276,7 +280,9 @@ impl Prepared {
     /// of the metadata given to [`Engine::run_request`] are neither seen nor changed by the
     /// chain, so a caller may keep them aside and pass them on as they were.
     pub fn header_keys(&self) -> Option<&[String]> {
-        self.version.segments[self.route.segment].header_keys[self.route.method].as_deref()
+        self.version.segments[self.route.segment].methods[self.route.method]
+            .header_keys
+            .as_deref()
     }
 
     /// Whether the segment's request handlers, and its response handlers, can observe the
@@ -284,14 +290,16 @@ impl Prepared {
     /// it may pass an empty message for that direction: the chain reads nothing of it, and a
     /// forward verdict leaves the caller's own message unchanged.
     pub fn message_observed(&self) -> [bool; 2] {
-        self.version.segments[self.route.segment].message_observed[self.route.method]
+        self.version.segments[self.route.segment].methods[self.route.method].message_observed
     }
 
     /// Of [`Prepared::header_keys`], the keys to decode into the metadata elements see: the
     /// rest (a server's `weft-version`, which only picks the version) can pass through
     /// undecoded. `None` when elements may observe all of it.
     pub fn visible_keys(&self) -> Option<&[String]> {
-        self.version.segments[self.route.segment].visible_keys[self.route.method].as_deref()
+        self.version.segments[self.route.segment].methods[self.route.method]
+            .visible_keys
+            .as_deref()
     }
 
     /// The local install number of the version the request will run in.
@@ -558,9 +566,10 @@ impl Engine {
         let stamp = (side == Side::Client).then_some(version.digest.as_str());
         let (input, stamped) = fresh_message(stamp, fill);
         let seg = &version.segments[route.segment];
+        let of_method = &seg.methods[route.method];
         // Borrowed from the version this call holds, not cloned: an atomic add and subtract
         // on a count every thread shares.
-        let Some(compiled) = seg.compiled[route.method].as_deref() else {
+        let Some(compiled) = of_method.compiled.as_deref() else {
             // No element of this edge runs on this side: the request passes as it came
             // (stamped, on the client side).
             return Ok(RequestOutcome {
@@ -569,7 +578,7 @@ impl Engine {
                 version: version.number,
             });
         };
-        let template = &seg.rpc_template[route.method];
+        let template = &of_method.rpc_template;
         let id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
         let mut channels = Channels(self.inner.options.channels.as_ref());
         let mut host = Host {
@@ -584,7 +593,7 @@ impl Engine {
             })
         });
         let early = match out.verdict {
-            SharedVerdict::Forward(m) if seg.response_inert[route.method] => {
+            SharedVerdict::Forward(m) if of_method.response_inert => {
                 // No response handler can have an effect: end the RPC's scratch now and
                 // spare the caller the response call.
                 for inst in instances.0.iter_mut() {
@@ -699,7 +708,8 @@ impl Engine {
         // Borrowed, not cloned: an atomic add and subtract on a count every thread shares.
         let version = &rpc.version;
         let seg = &version.segments[rpc.segment];
-        let answer = match (&seg.compiled[rpc.method], rpc.forwarded) {
+        let of_method = &seg.methods[rpc.method];
+        let answer = match (&of_method.compiled, rpc.forwarded) {
             (Some(compiled), n) if n > 0 => {
                 let mut channels = Channels(self.inner.options.channels.as_ref());
                 let mut host = Host {
@@ -708,7 +718,7 @@ impl Engine {
                 };
                 let mut guard = seg.instances();
                 let mut instances = InstanceList::new(&mut guard);
-                let template = &seg.rpc_template[rpc.method];
+                let template = &of_method.rpc_template;
                 with_info(template, rpc.id, rpc.routed.as_deref(), |info| {
                     BUFFERS.with_borrow_mut(|bufs| {
                         compiled.response_shared(
