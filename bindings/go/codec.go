@@ -57,8 +57,8 @@ func ClientCodec() encoding.CodecV2 { return clientCodec }
 func ServerCodec() encoding.CodecV2 { return serverCodec }
 
 // ServerCodec is the codec ServerOptions installs: it keeps a request's bytes for the unary
-// server interceptor once one of this runtime's server-side chains has read a request
-// message, and not before (a server running only metrics never pays for it).
+// server interceptor once one of this runtime's server-side chains has read a request or a
+// response message, and not before (a server running only metrics never pays for it).
 func (r *Runtime) ServerCodec() encoding.CodecV2 { return &Codec{server: true, rt: r} }
 
 // Name is "proto": the wire format is unchanged, peers without Weft interoperate.

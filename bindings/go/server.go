@@ -148,6 +148,12 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	// encodes the message as it would without Weft.
 	var out mem.BufferSlice
 	if s.keysVersion == 0 || ks.responseMessage {
+		if !codec {
+			// Only kept request bytes tell that Weft's codec is installed and can send these
+			// bytes as they are; without them grpc-go would encode the response again. Keep
+			// them from now on.
+			r.stashRequests.Store(true)
+		}
 		if out, err = encodeInto(s, respMsg); err != nil {
 			r.abandon(rpc)
 			return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)

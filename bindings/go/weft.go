@@ -42,9 +42,11 @@ type Runtime struct {
 	methods atomic.Pointer[map[string]*methodInfo]
 	methMu  sync.Mutex
 
-	// stashRequests: some server-side chain of this runtime has needed a request's bytes,
-	// so the codec ServerOptions installs keeps them for the interceptor. Until then (a
-	// server running only elements that read no message, such as metrics) it keeps none.
+	// stashRequests: some server-side chain of this runtime has needed a request's or a
+	// response's bytes, so the codec ServerOptions installs keeps request bytes for the
+	// interceptor (which also tells it the codec can send a response's bytes as they are).
+	// Until then (a server running only elements that read no message, such as metrics) it
+	// keeps none.
 	stashRequests atomic.Bool
 }
 
