@@ -66,10 +66,19 @@ static int32_t go_weft_metadata_keys(WeftRuntime *rt, int32_t side, const uint8_
 }
 
 static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char *base, const char *service,
-                                 char *err, size_t errcap) {
-	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service) : weft_open(path, service);
+                                 uint32_t records, char *err, size_t errcap) {
+	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service, records) : weft_open(path, service, records);
 	if (rt == NULL) go_weft_copy_error(err, errcap);
 	return rt;
+}
+
+// Queued channel records into the malloc'd buffer out, grown here when the oldest record
+// does not fit.
+static int32_t go_weft_records(WeftRuntime *rt, WeftBuf *out, uint64_t *dropped, char *err, size_t errcap) {
+	int32_t rc = weft_records(rt, out, dropped);
+	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_records(rt, out, dropped);
+	if (rc != WEFT_OK) go_weft_copy_error(err, errcap);
+	return rc;
 }
 
 static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *base, char *err, size_t errcap) {
@@ -342,7 +351,7 @@ func newCstr(s string) cstr {
 	return cstr{p, len(s)}
 }
 
-func openRuntime(path, yaml, base, service string) (*C.WeftRuntime, string) {
+func openRuntime(path, yaml, base, service string, records int) (*C.WeftRuntime, string) {
 	err := (*C.char)(C.malloc(errCap))
 	defer C.free(unsafe.Pointer(err))
 	cpath, cyaml, cbase, csvc := cString(path), (*C.char)(nil), cString(base), cString(service)
@@ -353,7 +362,7 @@ func openRuntime(path, yaml, base, service string) (*C.WeftRuntime, string) {
 		cyaml = cString(yaml)
 		defer C.free(unsafe.Pointer(cyaml))
 	}
-	h := C.go_weft_open(cpath, cyaml, cbase, csvc, err, errCap)
+	h := C.go_weft_open(cpath, cyaml, cbase, csvc, C.uint32_t(records), err, errCap)
 	if h == nil {
 		return nil, C.GoString(err)
 	}
@@ -373,6 +382,31 @@ func reloadRuntime(h *C.WeftRuntime, yaml, base string, fromText bool) string {
 		return C.GoString(err)
 	}
 	return ""
+}
+
+// recordBuf is the C buffer queued channel records are copied into; it grows to fit the
+// largest record seen.
+type recordBuf struct{ b C.WeftBuf }
+
+const recordBufSize = 64 << 10
+
+func newRecordBuf() *recordBuf {
+	return &recordBuf{C.WeftBuf{ptr: (*C.uint8_t)(C.malloc(recordBufSize)), cap: recordBufSize}}
+}
+
+func (b *recordBuf) free() { C.free(unsafe.Pointer(b.b.ptr)) }
+
+// collectRecords moves queued records into b: (the encoded records, records dropped so
+// far, error).
+// The bytes alias b until its next use.
+func collectRecords(h *C.WeftRuntime, b *recordBuf) ([]byte, uint64, string) {
+	err := (*C.char)(C.malloc(errCap))
+	defer C.free(unsafe.Pointer(err))
+	var dropped C.uint64_t
+	if C.go_weft_records(h, &b.b, &dropped, err, errCap) != rcOK {
+		return nil, uint64(dropped), C.GoString(err)
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(b.b.ptr)), int(b.b.len)), uint64(dropped), ""
 }
 
 func cString(s string) *C.char { return C.CString(s) }

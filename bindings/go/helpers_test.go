@@ -131,7 +131,13 @@ func dial(t testing.TB, target string, opts ...grpc.DialOption) echopb.EchoClien
 // open loads an inline config for one service; protos resolve against examples/echo.
 func open(t testing.TB, yaml, service string) *weft.Runtime {
 	t.Helper()
-	rt, err := weft.OpenYAML(yaml, echoDir, service)
+	return openWith(t, yaml, service)
+}
+
+// openWith is open with options.
+func openWith(t testing.TB, yaml, service string, opts ...weft.Option) *weft.Runtime {
+	t.Helper()
+	rt, err := weft.OpenYAML(yaml, echoDir, service, opts...)
 	if err != nil {
 		t.Fatalf("open %s: %v", service, err)
 	}

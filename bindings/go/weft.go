@@ -48,6 +48,9 @@ type Runtime struct {
 	// Until then (a server running only elements that read no message, such as metrics) it
 	// keeps none.
 	stashRequests atomic.Bool
+
+	// records collects channel records for WithRecords; nil without it.
+	records *recordPump
 }
 
 // methodInfo is what the binding keeps per method name.
@@ -77,22 +80,30 @@ var ErrClosed = errors.New("weft: runtime is closed")
 
 // Open loads the configuration at path (weft.yaml) for the service named service (the name
 // it has in the config's edges' from/to).
-func Open(path, service string) (*Runtime, error) {
+func Open(path, service string, opts ...Option) (*Runtime, error) {
 	if path == "" {
 		return nil, errors.New("weft: open: no config path given")
 	}
-	h, msg := openRuntime(path, "", "", service)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	h, msg := openRuntime(path, "", "", service, o.queue)
 	if h == nil {
 		return nil, fmt.Errorf("weft: open %s as service %q: %s", path, service, msg)
 	}
-	return newRuntime(h, path, service), nil
+	return newRuntime(h, path, service, o), nil
 }
 
 // OpenYAML loads a configuration given as YAML text. Relative paths in it (protos, element
 // directories) are resolved against baseDir.
-func OpenYAML(yaml, baseDir, service string) (*Runtime, error) {
+func OpenYAML(yaml, baseDir, service string, opts ...Option) (*Runtime, error) {
 	if yaml == "" {
 		return nil, errors.New("weft: open: the YAML text is empty")
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if baseDir == "" {
 		baseDir = "."
@@ -100,17 +111,18 @@ func OpenYAML(yaml, baseDir, service string) (*Runtime, error) {
 	if abs, err := filepath.Abs(baseDir); err == nil {
 		baseDir = abs
 	}
-	h, msg := openRuntime("", yaml, baseDir, service)
+	h, msg := openRuntime("", yaml, baseDir, service, o.queue)
 	if h == nil {
 		return nil, fmt.Errorf("weft: open YAML config (base %s) as service %q: %s", baseDir, service, msg)
 	}
-	return newRuntime(h, "", service), nil
+	return newRuntime(h, "", service, o), nil
 }
 
-func newRuntime(h *C.WeftRuntime, path, service string) *Runtime {
+func newRuntime(h *C.WeftRuntime, path, service string, o options) *Runtime {
 	r := &Runtime{h: h, path: path, service: service}
 	empty := map[string]*methodInfo{}
 	r.methods.Store(&empty)
+	r.startRecords(o)
 	return r
 }
 
@@ -164,13 +176,31 @@ func (r *Runtime) Version() uint64 {
 func (r *Runtime) Service() string { return r.service }
 
 // Close waits for calls in flight and frees the runtime. Later RPCs through its interceptors
-// fail with UNAVAILABLE.
+// fail with UNAVAILABLE. With WithRecords, the records still queued are handed over before
+// Close returns.
 func (r *Runtime) Close() error {
+	p := r.records
+	if p != nil {
+		select {
+		case <-p.stop:
+		default:
+			close(p.stop)
+		}
+		<-p.done
+	}
+	var last []Record
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.h != nil {
+		if p != nil {
+			last = p.collect(r)
+			p.buf.free()
+		}
 		closeRuntime(r.h)
 		r.h = nil
+	}
+	r.mu.Unlock()
+	if p != nil {
+		p.deliver(last)
 	}
 	return nil
 }

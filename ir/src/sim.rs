@@ -1076,7 +1076,13 @@ pub fn write_state(
 
 /// Renders a message value held in state or written to a channel.
 pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
-    let desc = edge.methods.first().map(|mm| {
+    method_message_json(edge.methods.first(), m)
+}
+
+/// [`message_json`] for a message of `method` (its body is `null` without one, or when the
+/// bytes do not decode).
+pub fn method_message_json(method: Option<&MethodSchema>, m: &Message) -> Json {
+    let desc = method.map(|mm| {
         if m.kind == weft_hostcalls::MsgKind::Request {
             &mm.request
         } else {
@@ -1091,6 +1097,34 @@ pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
     } else {
         json!({"status": m.code.name(), "message": m.status_message})
     }
+}
+
+/// [`method_message_json`] written as JSON text onto `out` (the same value, keys in the same
+/// order), without building it first.
+pub fn write_method_message_json(method: Option<&MethodSchema>, m: &Message, out: &mut Vec<u8>) {
+    if m.code != Code::Ok {
+        let v = json!({"status": m.code.name(), "message": m.status_message});
+        out.extend_from_slice(v.to_string().as_bytes());
+        return;
+    }
+    out.extend_from_slice(b"{\"headers\":");
+    // A map of strings always serializes.
+    if serde_json::to_writer(&mut *out, &m.headers).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b",\"message\":");
+    let desc = method.map(|mm| {
+        if m.kind == weft_hostcalls::MsgKind::Request {
+            &mm.request
+        } else {
+            &mm.response
+        }
+    });
+    let written = desc.is_some_and(|d| wire::write_bytes_json(d, &m.bytes, out).is_ok());
+    if !written {
+        out.extend_from_slice(b"null");
+    }
+    out.push(b'}');
 }
 
 #[cfg(test)]

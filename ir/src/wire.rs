@@ -1045,12 +1045,37 @@ pub fn bytes_to_json(
     };
     let msg =
         DynamicMessage::decode(desc.clone(), bytes).map_err(|e| decode_error(e.to_string()))?;
-    let options = SerializeOptions::new()
+    msg.serialize_with_options(serde_json::value::Serializer, &json_options())
+        .map_err(|e| decode_error(e.to_string()))
+}
+
+/// [`bytes_to_json`] written as JSON text onto `out`, without building the value first (a
+/// channel record's message, rendered for a collector). On error `out` is left as it was.
+pub fn write_bytes_json(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let decode_error = |reason: String| WireError::Decode {
+        message: desc.full_name().to_owned(),
+        reason,
+    };
+    let msg =
+        DynamicMessage::decode(desc.clone(), bytes).map_err(|e| decode_error(e.to_string()))?;
+    let start = out.len();
+    let mut ser = serde_json::Serializer::new(&mut *out);
+    msg.serialize_with_options(&mut ser, &json_options())
+        .map_err(|e| {
+            out.truncate(start);
+            decode_error(e.to_string())
+        })
+}
+
+fn json_options() -> SerializeOptions {
+    SerializeOptions::new()
         .stringify_64_bit_integers(false)
         .use_proto_field_name(true)
-        .skip_default_fields(true);
-    msg.serialize_with_options(serde_json::value::Serializer, &options)
-        .map_err(|e| decode_error(e.to_string()))
+        .skip_default_fields(true)
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ fn main() {
         WEFT_SIDE_CLIENT
     };
     // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), service.as_ptr()) };
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), service.as_ptr(), 0) };
     assert!(!rt.is_null());
     // What a grpc-go server passes: the keys the chain observes, the stamp among them.
     let mut md = Vec::new();

@@ -99,17 +99,25 @@ extern "C" {
 #endif // __cplusplus
 
 // Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
-// `weft_last_error()` says why.
+// `weft_last_error()` says why. With `record_capacity` > 0 the channel records elements
+// emit (`logging`, `metrics`' latencies) are queued, up to that many, for
+// [`weft_records`]; with 0 they are not even built.
 //
 // # Safety
-// Both arguments are NULL or NUL-terminated strings.
-struct WeftRuntime *weft_open(const char *config_path, const char *service);
+// Both strings are NULL or NUL-terminated.
+struct WeftRuntime *weft_open(const char *config_path,
+                              const char *service,
+                              uint32_t record_capacity);
 
 // Opens a runtime from YAML text; relative paths in it are resolved from `base_dir`.
+// `record_capacity` as for [`weft_open`].
 //
 // # Safety
-// Every argument is NULL or a NUL-terminated string.
-struct WeftRuntime *weft_open_yaml(const char *yaml, const char *base_dir, const char *service);
+// Every string is NULL or NUL-terminated.
+struct WeftRuntime *weft_open_yaml(const char *yaml,
+                                   const char *base_dir,
+                                   const char *service,
+                                   uint32_t record_capacity);
 
 // Re-reads the config; on error the old version keeps running and the error is returned.
 //
@@ -180,6 +188,21 @@ int32_t weft_metadata_keys(const struct WeftRuntime *rt,
 // # Safety
 // `rt` is NULL or a live runtime.
 uint64_t weft_version(const struct WeftRuntime *rt);
+
+// Moves queued channel records into `out`, oldest first, each encoded as: the element's
+// name and the channel's (each a u32 LE length and UTF-8 bytes), the RPC id (u64 LE), the
+// time in seconds on the runtime's clock (f64 LE), and the value as a u32 LE length and
+// JSON, messages rendered by their method's schema as `weft sim --channels` renders them.
+// Only whole records are written; `out->len` is the number of bytes. When the oldest
+// record alone does not fit, returns `WEFT_E_BUFFER` with `out->len` set to its size and
+// keeps it for the next call.
+// `*dropped` (when not NULL) gets the number of records dropped so far because the queue
+// was full. `WEFT_E_ARGUMENT` when the runtime was opened with `record_capacity` 0.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `out` is NULL or a `WeftBuf` whose `ptr` is writable for
+// `cap` bytes; `dropped` is NULL or writable.
+int32_t weft_records(const struct WeftRuntime *rt, struct WeftBuf *out, uint64_t *dropped);
 
 // The message of the last failed call on this thread ("" if none); valid until the next
 // call on this thread.

@@ -580,7 +580,10 @@ impl Engine {
         };
         let template = &of_method.rpc_template;
         let id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
-        let mut channels = Channels(self.inner.options.channels.as_ref());
+        let mut channels = Channels {
+            observer: self.inner.options.channels.as_ref(),
+            method: Some(&of_method.schema),
+        };
         let mut host = Host {
             clock: &*self.inner.options.clock,
             channels: &mut channels,
@@ -711,7 +714,10 @@ impl Engine {
         let of_method = &seg.methods[rpc.method];
         let answer = match (&of_method.compiled, rpc.forwarded) {
             (Some(compiled), n) if n > 0 => {
-                let mut channels = Channels(self.inner.options.channels.as_ref());
+                let mut channels = Channels {
+                    observer: self.inner.options.channels.as_ref(),
+                    method: Some(&of_method.schema),
+                };
                 let mut host = Host {
                     clock: &*self.inner.options.clock,
                     channels: &mut channels,

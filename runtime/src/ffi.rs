@@ -16,7 +16,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_hostcalls::Code;
 use weft_hostcalls::text::utf8;
@@ -25,6 +25,7 @@ use crate::Side;
 use crate::engine::{self, Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
 use crate::error::EngineError;
 use crate::metadata::{self, Decoded, Keys};
+use crate::records::RecordQueue;
 use crate::version::EngineOptions;
 
 pub const WEFT_SIDE_CLIENT: i32 = 0;
@@ -156,6 +157,11 @@ impl Default for WeftCall {
 /// An engine plus the handles of RPCs between request and response. Opaque to C.
 pub struct WeftRuntime {
     engine: Engine,
+    /// Channel records waiting for `weft_records`; `None` when opened without a queue.
+    records: Option<Arc<RecordQueue>>,
+    /// A record `weft_records` could not fit into the caller's buffer, for the next call.
+    /// The lock also keeps two collectors from interleaving.
+    record_carry: Mutex<Option<Vec<u8>>>,
     rpcs: RpcTable,
     /// Outputs of calls that returned `WEFT_E_BUFFER`, by the address of their `WeftCall`
     /// (rare, so one lock is fine).
@@ -358,8 +364,12 @@ fn side_of(side: i32) -> Result<Side, FfiError> {
 
 /// Options from the environment: `WEFT_WATCH_MS` sets the config polling interval
 /// (0 turns watching off); `WEFT_SEED` fixes the elements' random streams.
-fn options_from_env() -> EngineOptions {
+fn options_from_env(records: Option<&Arc<RecordQueue>>) -> EngineOptions {
     let mut o = EngineOptions::default();
+    if let Some(q) = records {
+        let q = Arc::clone(q);
+        o.channels = Some(Arc::new(move |record, method| q.push(record, method)));
+    }
     if let Some(ms) = std::env::var("WEFT_WATCH_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -375,12 +385,19 @@ fn options_from_env() -> EngineOptions {
     o
 }
 
-fn open_with(f: impl FnOnce() -> Result<Engine, FfiError>) -> *mut WeftRuntime {
+fn open_with(
+    record_capacity: u32,
+    f: impl FnOnce(EngineOptions) -> Result<Engine, FfiError>,
+) -> *mut WeftRuntime {
     let mut out = std::ptr::null_mut();
     guarded(|| {
-        let engine = f()?;
+        let records =
+            (record_capacity > 0).then(|| Arc::new(RecordQueue::new(record_capacity as usize)));
+        let engine = f(options_from_env(records.as_ref()))?;
         out = Box::into_raw(Box::new(WeftRuntime {
             engine,
+            records,
+            record_carry: Mutex::new(None),
             rpcs: RpcTable::new(),
             pending: Mutex::new(HashMap::new()),
         }));
@@ -390,16 +407,19 @@ fn open_with(f: impl FnOnce() -> Result<Engine, FfiError>) -> *mut WeftRuntime {
 }
 
 /// Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
-/// `weft_last_error()` says why.
+/// `weft_last_error()` says why. With `record_capacity` > 0 the channel records elements
+/// emit (`logging`, `metrics`' latencies) are queued, up to that many, for
+/// [`weft_records`]; with 0 they are not even built.
 ///
 /// # Safety
-/// Both arguments are NULL or NUL-terminated strings.
+/// Both strings are NULL or NUL-terminated.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_open(
     config_path: *const c_char,
     service: *const c_char,
+    record_capacity: u32,
 ) -> *mut WeftRuntime {
-    open_with(|| {
+    open_with(record_capacity, |options| {
         // SAFETY: the caller passes NULL or NUL-terminated strings (this function's contract).
         let (path, service) = unsafe {
             (
@@ -407,21 +427,23 @@ pub unsafe extern "C" fn weft_open(
                 c_str(service, "service")?,
             )
         };
-        Ok(Engine::open(path, service, options_from_env())?)
+        Ok(Engine::open(path, service, options)?)
     })
 }
 
 /// Opens a runtime from YAML text; relative paths in it are resolved from `base_dir`.
+/// `record_capacity` as for [`weft_open`].
 ///
 /// # Safety
-/// Every argument is NULL or a NUL-terminated string.
+/// Every string is NULL or NUL-terminated.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_open_yaml(
     yaml: *const c_char,
     base_dir: *const c_char,
     service: *const c_char,
+    record_capacity: u32,
 ) -> *mut WeftRuntime {
-    open_with(|| {
+    open_with(record_capacity, |options| {
         // SAFETY: the caller passes NULL or NUL-terminated strings (this function's contract).
         let (yaml, dir, service) = unsafe {
             (
@@ -430,7 +452,7 @@ pub unsafe extern "C" fn weft_open_yaml(
                 c_str(service, "service")?,
             )
         };
-        Ok(Engine::open_yaml(yaml, dir, service, options_from_env())?)
+        Ok(Engine::open_yaml(yaml, dir, service, options)?)
     })
 }
 
@@ -752,6 +774,70 @@ pub unsafe extern "C" fn weft_version(rt: *const WeftRuntime) -> u64 {
     v
 }
 
+/// Moves queued channel records into `out`, oldest first, each encoded as: the element's
+/// name and the channel's (each a u32 LE length and UTF-8 bytes), the RPC id (u64 LE), the
+/// time in seconds on the runtime's clock (f64 LE), and the value as a u32 LE length and
+/// JSON, messages rendered by their method's schema as `weft sim --channels` renders them.
+/// Only whole records are written; `out->len` is the number of bytes. When the oldest
+/// record alone does not fit, returns `WEFT_E_BUFFER` with `out->len` set to its size and
+/// keeps it for the next call.
+/// `*dropped` (when not NULL) gets the number of records dropped so far because the queue
+/// was full. `WEFT_E_ARGUMENT` when the runtime was opened with `record_capacity` 0.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or a `WeftBuf` whose `ptr` is writable for
+/// `cap` bytes; `dropped` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_records(
+    rt: *const WeftRuntime,
+    out: *mut WeftBuf,
+    dropped: *mut u64,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        if out.is_null() {
+            return Err(FfiError::argument("the output buffer is NULL"));
+        }
+        // SAFETY: non-NULL, and the caller's `WeftBuf`, not touched by it during the call.
+        let out = unsafe { &mut *out };
+        let Some(queue) = &rt.records else {
+            return Err(FfiError::argument(
+                "this runtime keeps no channel records: open it with a record_capacity above 0",
+            ));
+        };
+        if !dropped.is_null() {
+            // SAFETY: non-NULL and writable (the caller's contract).
+            unsafe { *dropped = queue.dropped() };
+        }
+        let mut carry = rt
+            .record_carry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let cap = capacity(out);
+        let mut written = 0;
+        while let Some(record) = carry.take().or_else(|| queue.pop_encoded()) {
+            if written + record.len() > cap {
+                let needed = record.len();
+                *carry = Some(record);
+                if written == 0 {
+                    out.len = needed;
+                    return Ok(WEFT_E_BUFFER);
+                }
+                break;
+            }
+            // SAFETY: `written + record.len() <= cap`, so `ptr` is non-NULL and the bytes lie
+            // in the caller's buffer (the WeftBuf contract); Weft's vector cannot overlap it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(record.as_ptr(), out.ptr.add(written), record.len());
+            }
+            written += record.len();
+        }
+        out.len = written;
+        Ok(WEFT_OK)
+    })
+}
+
 /// The message of the last failed call on this thread ("" if none); valid until the next
 /// call on this thread.
 #[unsafe(no_mangle)]
@@ -926,6 +1012,7 @@ mod tests {
     use weft_hostcalls::Message;
 
     use super::*;
+    use crate::records::Decoded;
 
     const SERVER_METRICS: &str = "protos: [echo.proto]
 edges:
@@ -966,7 +1053,7 @@ edges:
         let yaml = CString::new(SERVER_METRICS).unwrap();
         let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
         // SAFETY: NUL-terminated strings that outlive the call.
-        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), 0) };
         assert!(!rt.is_null());
         rt
     }
@@ -1022,7 +1109,7 @@ edges:
         let yaml = CString::new(yaml).unwrap();
         let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
         // SAFETY: NUL-terminated strings that outlive the call.
-        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr()) };
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), 0) };
         assert!(!rt.is_null());
         let method = b"/echo.Echo/Say";
         let mut keys = vec![0u8; 256];
@@ -1154,7 +1241,7 @@ edges:
         let yaml = CString::new(SERVER_METRICS).unwrap();
         let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
         // SAFETY: NUL-terminated strings that outlive the call.
-        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"frontend".as_ptr()) };
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"frontend".as_ptr(), 0) };
         assert!(!rt.is_null());
         let (changed, first) = client_request(rt, &[]);
         assert_eq!(changed, 1);
@@ -1191,6 +1278,118 @@ edges:
             ]
         );
         assert_eq!(client_request(rt, &[]), (1, second));
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    /// Opens the echo server running `logging` then `metrics`, queueing up to `capacity`
+    /// channel records, and sends `rpcs` RPCs through it: (runtime, records emitted).
+    fn server_with_records(capacity: u32, rpcs: usize) -> (*mut WeftRuntime, usize) {
+        let yaml = SERVER_METRICS.replace("- metrics", "- logging\n      - metrics");
+        let yaml = CString::new(yaml).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt =
+            unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), capacity) };
+        assert!(!rt.is_null());
+        for _ in 0..rpcs {
+            let request = run_call(rt, WEFT_SIDE_SERVER, 0, &[], 0, b"\n\x05alice");
+            assert_eq!(
+                (request.rc, request.verdict),
+                (WEFT_OK, WEFT_VERDICT_FORWARD)
+            );
+            assert_ne!(request.rpc, 0);
+            let response = run_call(rt, WEFT_SIDE_SERVER, request.rpc, &[], 0, b"\n\x02hi");
+            assert_eq!(
+                (response.rc, response.verdict),
+                (WEFT_OK, WEFT_VERDICT_FORWARD)
+            );
+        }
+        // Per RPC: logging's request and response, and metrics' latency.
+        (rt, 3 * rpcs)
+    }
+
+    /// `weft_records` into a buffer of `cap` bytes: (return code, the records, `out->len`,
+    /// records dropped so far).
+    fn collect(rt: *mut WeftRuntime, cap: usize) -> (i32, Vec<Decoded>, usize, u64) {
+        let mut bytes = vec![0u8; cap];
+        let mut out = WeftBuf::over(&mut bytes);
+        let mut dropped = u64::MAX;
+        // SAFETY: a live runtime, a buffer writable for its `cap`, a writable counter.
+        let rc = unsafe { weft_records(rt, &mut out, &mut dropped) };
+        let len = out.len;
+        let mut records = Vec::new();
+        if rc == WEFT_OK {
+            let mut rest = &bytes[..len];
+            while !rest.is_empty() {
+                let (record, after) = crate::records::decode(rest).unwrap();
+                records.push(record);
+                rest = after;
+            }
+        }
+        (rc, records, len, dropped)
+    }
+
+    #[test]
+    fn channel_records_are_collected_whole_and_in_order() {
+        let (rt, emitted) = server_with_records(64, 2);
+        // The oldest record does not fit in 8 bytes: nothing is lost, its size is reported.
+        let (rc, lines, needed, dropped) = collect(rt, 8);
+        assert_eq!((rc, lines.len(), dropped), (WEFT_E_BUFFER, 0, 0));
+        assert!(needed > 8);
+        // Exactly that much takes exactly that record.
+        let (rc, first, len, _) = collect(rt, needed);
+        assert_eq!((rc, first.len(), len), (WEFT_OK, 1, needed));
+        let (rc, rest, _, dropped) = collect(rt, 1 << 16);
+        assert_eq!((rc, dropped), (WEFT_OK, 0));
+        let all: Vec<_> = first.into_iter().chain(rest).collect();
+        assert_eq!(all.len(), emitted);
+
+        let on = |channel: &str| -> Vec<&Decoded> {
+            all.iter().filter(|r| r.channel == channel).collect()
+        };
+        let (logs, latencies) = (on("log"), on("latency"));
+        assert_eq!((logs.len(), latencies.len()), (4, 2));
+        // logging sends the messages whole, rendered by the method's schema.
+        assert!(logs.iter().all(|r| r.element == "logging"));
+        assert_eq!(logs[0].value["message"]["user"], "alice");
+        assert_eq!(logs[1].value["message"]["body"], "hi");
+        // One RPC's records share its id; the two RPCs' differ.
+        assert_eq!(logs[0].rpc_id, logs[1].rpc_id);
+        assert_eq!(logs[0].rpc_id, latencies[0].rpc_id);
+        assert_ne!(latencies[0].rpc_id, latencies[1].rpc_id);
+        assert!(latencies.iter().all(|r| r.value.as_f64().unwrap() >= 0.0));
+        assert!(latencies[0].time >= logs[0].time);
+        // Collected records are gone.
+        let (rc, lines, len, _) = collect(rt, 1 << 16);
+        assert_eq!((rc, lines.len(), len), (WEFT_OK, 0, 0));
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    #[test]
+    fn records_beyond_the_queue_are_dropped_and_counted() {
+        let (rt, emitted) = server_with_records(4, 5);
+        let (rc, lines, _, dropped) = collect(rt, 1 << 16);
+        assert_eq!(rc, WEFT_OK);
+        assert_eq!(lines.len(), 4);
+        assert_eq!(dropped, (emitted - 4) as u64);
+        // The queue keeps the oldest: the first RPC's request record comes first.
+        assert_eq!(lines[0].value["message"]["user"], "alice");
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    #[test]
+    fn records_need_a_queue() {
+        let rt = open_server();
+        let (rc, lines, _, _) = collect(rt, 64);
+        assert_eq!((rc, lines.len()), (WEFT_E_ARGUMENT, 0));
+        // SAFETY: a pointer from `weft_last_error`, valid until this thread's next call.
+        let err = unsafe { CStr::from_ptr(weft_last_error()) }
+            .to_str()
+            .unwrap();
+        assert!(err.contains("record_capacity"), "{err}");
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
     }

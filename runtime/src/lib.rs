@@ -6,6 +6,7 @@ pub mod error;
 pub mod ffi;
 pub mod metadata;
 pub mod placement;
+pub mod records;
 pub mod version;
 mod watch;
 

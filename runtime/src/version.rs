@@ -21,6 +21,7 @@ use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
 use weft_ir::load::{LoadedEdge, element_source, load_edge};
+use weft_ir::schema::MethodSchema;
 use weft_ir::sim::{var_specs, write_state};
 use weft_jit::{Compiled, Fusion, block_store, compile};
 
@@ -38,8 +39,10 @@ pub enum ConfigSource {
     Yaml { text: String, base_dir: PathBuf },
 }
 
-/// Receives every channel record (`send(rpc, log)`) the elements emit.
-pub type ChannelObserver = Arc<dyn Fn(&ChannelRecord) + Send + Sync>;
+/// Receives every channel record (`send(rpc, log)`) the elements emit, with the method of
+/// the RPC that emitted it (`None` for records of `init`), whose schema renders the
+/// messages a record may hold.
+pub type ChannelObserver = Arc<dyn Fn(ChannelRecord, Option<&Arc<MethodSchema>>) + Send + Sync>;
 
 /// How the engine builds and runs versions.
 #[derive(Clone)]
@@ -153,6 +156,8 @@ pub(crate) struct SegmentMethod {
     /// The metadata keys elements can observe ([`header_keys`]); `None` when some element
     /// sees the message whole. Read by `weft_metadata_keys`, not by calls.
     pub header_keys: Option<Vec<String>>,
+    /// The method's schema, handed to the channel observer with each record.
+    pub schema: Arc<MethodSchema>,
 }
 
 /// Instance `new` of a segment starts from the state of instance `old` of the previous
@@ -223,17 +228,20 @@ impl Version {
 }
 
 /// Channel records go to the observer, if any.
-pub(crate) struct Channels<'a>(pub Option<&'a ChannelObserver>);
+pub(crate) struct Channels<'a> {
+    pub observer: Option<&'a ChannelObserver>,
+    pub method: Option<&'a Arc<MethodSchema>>,
+}
 
 impl ChannelSink for Channels<'_> {
     fn emit(&mut self, record: ChannelRecord) {
-        if let Some(f) = self.0 {
-            f(&record);
+        if let Some(f) = self.observer {
+            f(record, self.method);
         }
     }
 
     fn enabled(&self) -> bool {
-        self.0.is_some()
+        self.observer.is_some()
     }
 }
 
@@ -423,7 +431,10 @@ fn build_segment(
     let mut instances = Vec::with_capacity(positions.len());
     let mut origins = Vec::with_capacity(positions.len());
     let schema: Arc<[u8]> = loaded.schema.encoded().into();
-    let mut channels = Channels(options.channels.as_ref());
+    let mut channels = Channels {
+        observer: options.channels.as_ref(),
+        method: None,
+    };
     for &k in &positions {
         instances.push(start_instance(
             loaded,
@@ -484,6 +495,7 @@ fn build_segment(
                 routed: None,
             }),
             header_keys,
+            schema: Arc::new(method.clone()),
         });
     }
     Ok(Segment {

@@ -461,7 +461,7 @@ fn inert_response_paths_need_no_response_call() {
     assert!(!run("frontend", Side::Client, options()));
     // With an observer the records are wanted: the response call runs logging.
     let observed = EngineOptions {
-        channels: Some(std::sync::Arc::new(|_: &_| {})),
+        channels: Some(std::sync::Arc::new(|_, _| {})),
         ..options()
     };
     assert!(run("frontend", Side::Client, observed));

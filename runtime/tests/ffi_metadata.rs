@@ -164,7 +164,7 @@ fn open(yaml: &str, service: &CStr) -> *mut WeftRuntime {
     let yaml = CString::new(yaml).unwrap();
     let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
     // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), service.as_ptr()) };
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), service.as_ptr(), 0) };
     assert!(!rt.is_null());
     rt
 }

@@ -109,12 +109,13 @@ static Outcome rpc(WeftRuntime *client, WeftRuntime *server, const char *user, c
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: drive weft.yaml\n"); return 2; }
-    WeftRuntime *bad = weft_open("/nonexistent/weft.yaml", "frontend");
+    WeftRuntime *bad = weft_open("/nonexistent/weft.yaml", "frontend", 0);
     EXPECT(bad == NULL, "opening a missing file must fail");
     EXPECT(strstr(weft_last_error(), "/nonexistent/weft.yaml") != NULL, "the error must name the path");
 
-    WeftRuntime *client = weft_open(argv[1], "frontend");
-    WeftRuntime *server = weft_open(argv[1], "echo");
+    /* The client queues the records its logging element sends, up to 64. */
+    WeftRuntime *client = weft_open(argv[1], "frontend", 64);
+    WeftRuntime *server = weft_open(argv[1], "echo", 0);
     EXPECT(client && server, "open");
     if (!client || !server) return 1;
     EXPECT(weft_version(client) == 1, "the first version is 1");
@@ -170,6 +171,25 @@ int main(int argc, char **argv) {
         exhausted = o.verdict == WEFT_VERDICT_REJECT && o.code == 8;
     }
     EXPECT(exhausted, "ratelimit never answered RESOURCE_EXHAUSTED");
+
+    /* logging sent alice's request on the `log` channel, rendered as JSON. */
+    static uint8_t lines[1 << 16];
+    WeftBuf out = { lines, 8, 0 };
+    uint64_t dropped = 99;
+    rc = weft_records(client, &out, &dropped);
+    EXPECT(rc == WEFT_E_BUFFER && out.len > 8, "an 8-byte buffer: rc %d, len %zu", rc, out.len);
+    out.cap = sizeof lines - 1;
+    rc = weft_records(client, &out, &dropped);
+    EXPECT(rc == WEFT_OK && dropped == 0, "records: rc %d, dropped %llu", rc, (unsigned long long)dropped);
+    /* The first record: "logging" and "log", each after its u32 LE length, then the RPC id,
+       the time, and the value's length and JSON: alice's request. */
+    static const uint8_t head[] = { 7, 0, 0, 0, 'l', 'o', 'g', 'g', 'i', 'n', 'g', 3, 0, 0, 0, 'l', 'o', 'g' };
+    EXPECT(out.len > sizeof head + 20 && memcmp(lines, head, sizeof head) == 0, "a log record first");
+    uint32_t value_len;
+    memcpy(&value_len, lines + sizeof head + 16, 4);
+    EXPECT(sizeof head + 20 + value_len <= out.len, "the value fits the record");
+    EXPECT(memmem(lines + sizeof head + 20, value_len, "\"user\":\"alice\"", 14) != NULL, "alice's request in the log");
+    EXPECT(weft_records(server, &out, NULL) == WEFT_E_ARGUMENT, "the server keeps no records");
 
     weft_close(client);
     weft_close(server);

@@ -1,0 +1,250 @@
+//! Channel records (`send(rpc, log)`, `metrics`' latencies) kept for a caller that collects
+//! them now and then, as the C ABI does: an RPC only queues the record it emits, and the
+//! collector encodes it ([`encode`]) off the data path.
+//!
+//! The queue is bounded. A record that finds it full is dropped and counted, never waited
+//! for: an observer that falls behind must not slow RPCs down, and must be able to tell
+//! that it missed something.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use weft_hostcalls::Value;
+use weft_hostcalls::channel::ChannelRecord;
+use weft_ir::schema::MethodSchema;
+
+/// A record with the method of the RPC that emitted it (to render the messages it holds).
+struct Queued {
+    record: ChannelRecord,
+    method: Option<Arc<MethodSchema>>,
+}
+
+pub struct RecordQueue {
+    queued: Mutex<VecDeque<Queued>>,
+    capacity: usize,
+    dropped: AtomicU64,
+}
+
+impl RecordQueue {
+    /// A queue that holds at most `capacity` records (at least one).
+    pub fn new(capacity: usize) -> RecordQueue {
+        let capacity = capacity.max(1);
+        RecordQueue {
+            queued: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            capacity,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        // A panic under the lock was caught at the call boundary; the queue is whole.
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `record`, or counts it as dropped when the queue is full.
+    pub fn push(&self, record: ChannelRecord, method: Option<&Arc<MethodSchema>>) {
+        let mut q = self.lock();
+        if q.len() >= self.capacity {
+            drop(q);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        q.push_back(Queued {
+            record,
+            method: method.cloned(),
+        });
+    }
+
+    /// Records dropped because the queue was full, since the queue was made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The oldest record, encoded ([`encode`]).
+    pub fn pop_encoded(&self) -> Option<Vec<u8>> {
+        let Queued { record, method } = self.lock().pop_front()?;
+        Some(encode(&record, method.as_deref()))
+    }
+}
+
+/// A record as the C ABI hands it over (docs/c-abi.md): the element's name, the channel's,
+/// each as a u32 LE length and UTF-8 bytes; the RPC id as u64 LE; the time as f64 LE
+/// (seconds on the engine's clock); the value as a u32 LE length and JSON, with messages
+/// rendered by their method's schema as `weft sim --channels` renders them. Binary framing
+/// around the JSON value keeps a collector from parsing JSON for the fixed fields.
+pub fn encode(record: &ChannelRecord, method: Option<&MethodSchema>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    for text in [&*record.element, &*record.channel] {
+        // Names come from element files: short, far below 4 GiB.
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    out.extend_from_slice(&record.rpc_id.to_le_bytes());
+    out.extend_from_slice(&record.time.to_le_bytes());
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    match &record.value {
+        // `logging`'s records: the message is written straight out, not built as a JSON
+        // value first (which took half the time of such a record).
+        Value::Msg(m) => weft_ir::sim::write_method_message_json(method, m, &mut out),
+        v => {
+            let render = |m: &weft_hostcalls::Message| weft_ir::sim::method_message_json(method, m);
+            let json = weft_ir::json::to_json(v, &render).to_string();
+            out.extend_from_slice(json.as_bytes());
+        }
+    }
+    let len = u32::try_from(out.len() - at - 4).unwrap_or_else(|_| {
+        // A value of 4 GiB or more cannot be framed: it is replaced, never cut.
+        out.truncate(at + 4);
+        out.extend_from_slice(b"\"value too large to record\"");
+        (out.len() - at - 4) as u32
+    });
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    out
+}
+
+/// One record decoded from [`encode`]'s bytes: (element, channel, rpc id, time, value), and
+/// the bytes after it. `None` when the bytes are cut short or not UTF-8.
+pub fn decode(bytes: &[u8]) -> Option<(Decoded, &[u8])> {
+    fn take<'b>(b: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    fn text<'b>(b: &mut &'b [u8]) -> Option<&'b str> {
+        let n = u32::from_le_bytes(take(b, 4)?.try_into().ok()?) as usize;
+        std::str::from_utf8(take(b, n)?).ok()
+    }
+    let mut b = bytes;
+    let element = text(&mut b)?.to_owned();
+    let channel = text(&mut b)?.to_owned();
+    let rpc_id = u64::from_le_bytes(take(&mut b, 8)?.try_into().ok()?);
+    let time = f64::from_le_bytes(take(&mut b, 8)?.try_into().ok()?);
+    let value = serde_json::from_str(text(&mut b)?).ok()?;
+    Some((
+        Decoded {
+            element,
+            channel,
+            rpc_id,
+            time,
+            value,
+        },
+        b,
+    ))
+}
+
+/// A record read back from its encoding (tests, tools).
+#[derive(Debug, PartialEq)]
+pub struct Decoded {
+    pub element: String,
+    pub channel: String,
+    pub rpc_id: u64,
+    pub time: f64,
+    pub value: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    // A failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn record(rpc_id: u64) -> ChannelRecord {
+        ChannelRecord {
+            element: "metrics".into(),
+            channel: "latency".into(),
+            rpc_id,
+            time: 2.5,
+            value: Value::Float(0.125),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_new_records_and_keeps_the_old() {
+        let q = RecordQueue::new(2);
+        for id in 1..=5 {
+            q.push(record(id), None);
+        }
+        assert_eq!(q.dropped(), 3);
+        let kept: Vec<Decoded> = std::iter::from_fn(|| q.pop_encoded())
+            .map(|b| {
+                let (d, rest) = decode(&b).unwrap();
+                assert!(rest.is_empty());
+                d
+            })
+            .collect();
+        let ids: Vec<u64> = kept.iter().map(|d| d.rpc_id).collect();
+        assert_eq!(ids, [1, 2]);
+        assert_eq!(
+            kept[0],
+            Decoded {
+                element: "metrics".into(),
+                channel: "latency".into(),
+                rpc_id: 1,
+                time: 2.5,
+                value: serde_json::json!(0.125),
+            }
+        );
+        // Room again after draining.
+        q.push(record(6), None);
+        assert!(
+            q.pop_encoded()
+                .is_some_and(|b| decode(&b).unwrap().0.rpc_id == 6)
+        );
+        assert_eq!(q.dropped(), 3);
+    }
+
+    /// The echo example's `Say` method.
+    fn say() -> Arc<MethodSchema> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+        let yaml = "protos: [echo.proto]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    client:\n      - logging\n";
+        let config = weft_ir::config::Config::parse("t.yaml", &dir, yaml).unwrap();
+        let edge = weft_ir::load::load_edge(&config, "a->b").unwrap();
+        Arc::new(edge.methods[0].clone())
+    }
+
+    #[test]
+    fn a_message_is_written_as_the_simulator_renders_it() {
+        use weft_hostcalls::{Code, Message};
+        let method = say();
+        let json = serde_json::json!({"user": "alice", "body": "hi \"you\"", "tags": ["a", "b"]});
+        let mut request =
+            Message::request(weft_ir::wire::json_to_bytes(&method.request, &json).unwrap());
+        request.headers.insert("weft-version".into(), "abc".into());
+        request
+            .headers
+            .insert("x-note".into(), "line\nbreak".into());
+        let mut undecodable = Message::response(vec![0x0a, 0x50, b'x']);
+        undecodable.headers.insert("a".into(), "b".into());
+        let messages = [
+            request,
+            Message::response(vec![]),
+            undecodable,
+            Message::error(Code::PermissionDenied, "acl \"quoted\""),
+        ];
+        for m in messages {
+            for schema in [Some(method.as_ref()), None] {
+                let want = weft_ir::sim::method_message_json(schema, &m);
+                let r = ChannelRecord {
+                    value: Value::Msg(Arc::new(m.clone())),
+                    ..record(1)
+                };
+                let bytes = encode(&r, schema);
+                let (got, rest) = decode(&bytes).unwrap();
+                assert!(rest.is_empty());
+                assert_eq!(got.value, want, "{m:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_cut_short_does_not_decode() {
+        let bytes = encode(&record(7), None);
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_none(), "{n} bytes decoded");
+        }
+        assert!(decode(&bytes).is_some());
+    }
+}
