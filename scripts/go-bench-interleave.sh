@@ -8,16 +8,20 @@
 #   (cd bindings/go && go test -c -o /tmp/before.test .)   # at the old commit
 #   (cd bindings/go && go test -c -o /tmp/after.test .)    # at the new one
 #   ROUNDS=10 scripts/go-bench-interleave.sh /tmp/before.test /tmp/after.test
+#
+# VARIANTS (default "none handwritten handwritten-noencode weft") picks the sub-benchmarks;
+# `none` must be among them. The same binary twice compares variants of one build.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BEFORE.test AFTER.test" >&2; exit 2; }
 rounds=${ROUNDS:-10}
+variants=${VARIANTS:-none handwritten handwritten-noencode weft}
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 cd "$(dirname "$0")/../bindings/go"
 for r in $(seq 1 "$rounds"); do
   for bin in before after; do
     exe=$1; [ "$bin" = after ] && exe=$2
-    for v in none handwritten handwritten-noencode weft; do
+    for v in $variants; do
       "$exe" -test.run '^$' -test.bench "BenchmarkEcho/$v\$" -test.benchtime 1s |
         awk -v r="$r" -v b="$bin" -v v="$v" '/^BenchmarkEcho/ {
           for (i = 2; i <= NF; i++) { if ($(i+1) == "ns/op") ns = $i; if ($(i+1) == "cpu-ns/op") cpu = $i }
@@ -25,25 +29,30 @@ for r in $(seq 1 "$rounds"); do
     done
   done
 done
-awk '
+awk -v variants="$variants" '
 { ns[$1, $2, $3] = $4; cpu[$1, $2, $3] = $5; if ($1 > rounds) rounds = $1 }
 function median(a, n,   i, j, t) {
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
   return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 END {
-  split("before after", bins, " "); split("handwritten handwritten-noencode weft", vs, " ")
+  split("before after", bins, " ")
+  nv = 0; n = split(variants, all, " "); for (i = 1; i <= n; i++) if (all[i] != "none") vs[++nv] = all[i]
   for (b = 1; b <= 2; b++) {
     printf "== %s (%d rounds; added = median over rounds of variant - none in the same round)\n", bins[b], rounds
     for (r = 1; r <= rounds; r++) base[r] = ns[r, bins[b], "none"]
     printf "%-22s ns/op %8.0f\n", "none", median(base, rounds)
-    for (k = 1; k <= 3; k++) {
+    for (k = 1; k <= nv; k++) {
       for (r = 1; r <= rounds; r++) { d[r] = ns[r, bins[b], vs[k]] - ns[r, bins[b], "none"]; c[r] = cpu[r, bins[b], vs[k]] - cpu[r, bins[b], "none"] }
       add[vs[k]] = median(d, rounds); addc[vs[k]] = median(c, rounds)
       printf "%-22s added %6.2f us latency, %6.2f us CPU\n", vs[k], add[vs[k]] / 1000, addc[vs[k]] / 1000
     }
-    printf "ratio weft / handwritten: latency %.2f, CPU %.2f; / handwritten-noencode: latency %.2f, CPU %.2f\n\n",
-      add["weft"] / add["handwritten"], addc["weft"] / addc["handwritten"],
-      add["weft"] / add["handwritten-noencode"], addc["weft"] / addc["handwritten-noencode"]
+    if (("weft" in add) && ("handwritten" in add) && add["handwritten"] != 0 && addc["handwritten"] != 0)
+      printf "ratio weft / handwritten: latency %.2f, CPU %.2f\n", add["weft"] / add["handwritten"], addc["weft"] / addc["handwritten"]
+    if (("weft" in add) && ("handwritten-noencode" in add) && add["handwritten-noencode"] != 0 && addc["handwritten-noencode"] != 0)
+      printf "ratio weft / handwritten-noencode: latency %.2f, CPU %.2f\n", add["weft"] / add["handwritten-noencode"], addc["weft"] / addc["handwritten-noencode"]
+    if (("weft-records" in add) && ("handwritten" in add) && add["handwritten"] != 0 && addc["handwritten"] != 0)
+      printf "ratio weft-records / handwritten: latency %.2f, CPU %.2f\n", add["weft-records"] / add["handwritten"], addc["weft-records"] / addc["handwritten"]
+    printf "\n"
   }
 }' "$raw"

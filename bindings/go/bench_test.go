@@ -3,6 +3,7 @@ package weft_test
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -69,7 +70,8 @@ func handwrittenClient(log *slog.Logger) []grpc.UnaryClientInterceptor {
 // BenchmarkEcho is one echo RPC over loopback TCP, client and server in this process, with no
 // policy, the hand-written interceptors, and Weft.
 func BenchmarkEcho(b *testing.B) {
-	run := func(b *testing.B, c echopb.EchoClient) {
+	// Returns the number of RPCs made, the first (outside the timing) included.
+	run := func(b *testing.B, c echopb.EchoClient) int {
 		ctx := context.Background()
 		if _, err := c.Say(ctx, benchRequest); err != nil {
 			b.Fatal(err)
@@ -87,6 +89,7 @@ func BenchmarkEcho(b *testing.B) {
 		// CPU time of the whole process (client, server, library threads) per RPC: on a
 		// shared machine it moves far less than the latency, which waits for a core.
 		b.ReportMetric(float64(processCPU()-cpu0)/float64(n), "cpu-ns/op")
+		return n + 1
 	}
 	b.Run("none", func(b *testing.B) {
 		_, addr := serve(b, "echo-0")
@@ -118,6 +121,25 @@ func BenchmarkEcho(b *testing.B) {
 		crt := open(b, benchEdgeYAML, "frontend")
 		_, addr := serve(b, "echo-0", srt.ServerOptions()...)
 		run(b, dial(b, addr, crt.DialOptions()...))
+	})
+	// With the channel records (logging's messages, metrics' latencies) handed to Go as
+	// decoded records, the counterpart of `handwritten`, whose slog handler encodes each.
+	b.Run("weft-records", func(b *testing.B) {
+		var n atomic.Int64
+		count := weft.WithRecords(func(weft.Record) { n.Add(1) })
+		srt := openWith(b, benchEdgeYAML, "echo", count)
+		crt := openWith(b, benchEdgeYAML, "frontend", count)
+		_, addr := serve(b, "echo-0", srt.ServerOptions()...)
+		rpcs := run(b, dial(b, addr, crt.DialOptions()...))
+		// Close collects what is still queued, so every record is counted.
+		_ = crt.Close()
+		_ = srt.Close()
+		if got, dropped := n.Load(), crt.DroppedRecords()+srt.DroppedRecords(); got == 0 {
+			b.Fatalf("no records reached Go (%d dropped)", dropped)
+		} else {
+			b.ReportMetric(float64(got)/float64(rpcs), "records/op")
+			b.ReportMetric(float64(dropped)/float64(rpcs), "dropped/op")
+		}
 	})
 }
 

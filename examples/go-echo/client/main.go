@@ -22,7 +22,11 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:50051", "echo server address")
 	flag.Parse()
 
-	rt, err := weft.Open(*config, "frontend")
+	// logging's records: each request and response the chain saw, as JSON.
+	printLog := func(r weft.Record) {
+		fmt.Printf("[client] %s/%s rpc #%d: %s\n", r.Element, r.Channel, r.RPC, r.Value)
+	}
+	rt, err := weft.Open(*config, "frontend", weft.WithRecords(printLog))
 	if err != nil {
 		log.Fatal(err)
 	}

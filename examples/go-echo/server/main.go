@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
 	"google.golang.org/grpc"
@@ -41,7 +43,18 @@ func main() {
 	portFile := flag.String("port-file", "", "write the bound address here once listening")
 	flag.Parse()
 
-	rt, err := weft.Open(*config, "echo")
+	// metrics' records: each RPC's latency in seconds, as the server-side chain measured it.
+	// (The server numbers its RPCs on its own: #1 here is the first to reach it.)
+	printLatency := func(r weft.Record) {
+		var seconds float64
+		if err := json.Unmarshal(r.Value, &seconds); err != nil {
+			fmt.Printf("  [server] %s/%s rpc #%d: %s\n", r.Element, r.Channel, r.RPC, r.Value)
+			return
+		}
+		fmt.Printf("  [server] %s/%s rpc #%d: %v\n", r.Element, r.Channel, r.RPC,
+			time.Duration(seconds*float64(time.Second)).Round(time.Microsecond))
+	}
+	rt, err := weft.Open(*config, "echo", weft.WithRecords(printLatency))
 	if err != nil {
 		log.Fatal(err)
 	}
