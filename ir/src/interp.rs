@@ -140,6 +140,21 @@ impl Instance {
         self.scratch.set(rpc_id, key, value);
     }
 
+    /// Moves the scratch of the RPCs in flight through `from` here: `from`'s state is taken
+    /// over by this instance of the same element, and those RPCs finish here.
+    pub fn take_scratch_from(&mut self, from: &mut Instance) {
+        for (id, slots) in &mut from.scratch.entries {
+            if let Some(rpc_id) = id.take() {
+                self.scratch.end(rpc_id);
+                self.scratch
+                    .entries
+                    .push((Some(rpc_id), std::mem::take(slots)));
+                self.scratch.live += 1;
+            }
+        }
+        from.scratch.live = 0;
+    }
+
     /// Counts a run-time error against this instance, as the interpreter does.
     pub fn count_error(&mut self, err: &RuntimeError) {
         count(self, err);

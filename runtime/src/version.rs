@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
@@ -124,14 +124,98 @@ pub(crate) struct Segment {
     pub names: Vec<String>,
     /// Per instance, what its starting state was made from (see [`Origin`]).
     origins: Vec<Origin>,
-    /// One instance per element, whatever the method (as in the simulator). The lock is per
-    /// segment: RPCs of other edges, sides and versions never wait for it.
-    instances: Mutex<Vec<Instance>>,
+    /// The instances, and where later versions took their state ([`SegmentState`]).
+    state: Arc<SegmentState>,
     /// By method index: what a call of that method needs of the segment.
     pub methods: Vec<SegmentMethod>,
     /// The instances that take over the state of the previous version's instance of the
     /// same element when this version is installed ([`Version::take_over_state`]).
     take_over: Vec<TakeOver>,
+}
+
+/// A segment's instances: shared, so that an older version's segment can point at them
+/// without keeping this version's code alive.
+struct SegmentState {
+    /// One instance per element, whatever the method (as in the simulator). The lock is per
+    /// segment: RPCs of other edges, sides and versions never wait for it.
+    instances: Mutex<Vec<Instance>>,
+    /// Set when the next version takes over some of these instances' state: where that
+    /// state lives from then on. RPCs still running in this version use it there
+    /// ([`Segment::lock`]), so what they write is neither lost nor split from what the
+    /// newer version's RPCs write.
+    successor: OnceLock<Successor>,
+}
+
+impl SegmentState {
+    fn instances(&self) -> MutexGuard<'_, Vec<Instance>> {
+        // A panic while the lock was held was caught at the call boundary; the instances'
+        // state is whatever the handlers had written, as after a run-time error.
+        self.instances
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Where the next version keeps the state of a segment's instances it took over.
+struct Successor {
+    /// Kept alive as long as the segment that points here.
+    state: Arc<SegmentState>,
+    /// By instance of that segment: the instance here that holds its state.
+    instance: Vec<Option<usize>>,
+}
+
+/// A segment's instances, locked for one call: the segment's own, and, once a later version
+/// has taken over some of their state, where that state is now.
+pub(crate) struct Locked<'a> {
+    own: MutexGuard<'a, Vec<Instance>>,
+    /// `None` in the usual case (boxed, so that case stays small and its drop is only the
+    /// unlock).
+    moved: Option<Box<Moved<'a>>>,
+}
+
+/// The later versions' segments a call's instances moved to, locked in version order, and
+/// where each instance of the call's segment is now: (0 for its own segment, else 1 + the
+/// index into `guards`; the index into that segment's instances).
+pub(crate) struct Moved<'a> {
+    guards: Vec<MutexGuard<'a, Vec<Instance>>>,
+    places: Vec<(usize, usize)>,
+}
+
+impl Locked<'_> {
+    /// The instances in this segment's chain order, each where its state lives now.
+    pub fn list(&mut self) -> Vec<&mut Instance> {
+        let mut list = Vec::new();
+        self.fill(&mut list);
+        list
+    }
+
+    /// As [`Locked::list`], into `list` (emptied first), which keeps its allocation.
+    #[inline]
+    pub fn fill<'l>(&'l mut self, list: &mut Vec<&'l mut Instance>) {
+        list.clear();
+        match &mut self.moved {
+            None => list.extend(self.own.iter_mut()),
+            Some(moved) => fill_moved(&mut self.own, moved, list),
+        }
+    }
+}
+
+#[cold]
+fn fill_moved<'l>(
+    own: &'l mut [Instance],
+    moved: &'l mut Moved<'_>,
+    list: &mut Vec<&'l mut Instance>,
+) {
+    let Moved { guards, places } = moved;
+    let mut slots: Vec<Vec<Option<&mut Instance>>> = std::iter::once(own)
+        .chain(guards.iter_mut().map(|g| g.as_mut_slice()))
+        .map(|instances| instances.iter_mut().map(Some).collect())
+        .collect();
+    list.extend(places.iter().map(|&(g, i)| {
+        slots[g][i]
+            .take()
+            .expect("a take-over maps distinct instances to distinct instances")
+    }));
 }
 
 /// What a call needs of its segment for one method, together: the fields every call reads
@@ -181,12 +265,53 @@ struct Origin {
 }
 
 impl Segment {
+    /// The segment's instances for a call, following the state later versions took over
+    /// ([`Locked`]). Locks are taken from this version towards newer ones, never back, and
+    /// an install holds only the version it replaces, so no two calls wait on each other in
+    /// a cycle.
+    #[inline]
+    pub fn lock(&self) -> Locked<'_> {
+        Locked {
+            own: self.state.instances(),
+            moved: self
+                .state
+                .successor
+                .get()
+                .and_then(|first| Self::lock_moved(first)),
+        }
+    }
+
+    /// [`Segment::lock`] once a later version has taken over state: only RPCs that were
+    /// running across a reload, or that carry an older version's stamp.
+    #[cold]
+    fn lock_moved(first: &Successor) -> Option<Box<Moved<'_>>> {
+        let mut guards = Vec::new();
+        let mut places: Vec<(usize, usize)> = (0..first.instance.len()).map(|i| (0, i)).collect();
+        let mut link = Some(first);
+        while let Some(next) = link {
+            let level = guards.len();
+            let moves = |&(g, i): &(usize, usize)| {
+                (g == level).then(|| next.instance.get(i).copied().flatten())?
+            };
+            if !places.iter().any(|p| moves(p).is_some()) {
+                break;
+            }
+            let segment = &*next.state;
+            // Its successor, if any, was set before its lock was released at that install:
+            // read under the lock, it is final.
+            guards.push(segment.instances());
+            for p in places.iter_mut() {
+                if let Some(j) = moves(p) {
+                    *p = (level + 1, j);
+                }
+            }
+            link = segment.successor.get();
+        }
+        (!guards.is_empty()).then(|| Box::new(Moved { guards, places }))
+    }
+
     pub fn instances(&self) -> MutexGuard<'_, Vec<Instance>> {
-        // A panic while the lock was held was caught at the call boundary; the instances'
-        // state is whatever the handlers had written, as after a run-time error.
-        self.instances
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.state.instances()
     }
 }
 
@@ -506,7 +631,10 @@ fn build_segment(
             .iter()
             .map(|&k| loaded.elements[k].use_.name.clone())
             .collect(),
-        instances: Mutex::new(instances),
+        state: Arc::new(SegmentState {
+            instances: Mutex::new(instances),
+            successor: OnceLock::new(),
+        }),
         methods,
         take_over,
     })
@@ -690,34 +818,76 @@ fn plan_take_over(
     plan
 }
 
+/// The previous version's segments whose state a new version took over, still locked, and
+/// where each instance's state went ([`Version::take_over_state`]).
+pub(crate) struct TakenOver<'a> {
+    previous: &'a Version,
+    guards: Vec<MutexGuard<'a, Vec<Instance>>>,
+    /// (the previous version's segment, the new version's instances, by previous instance:
+    /// the new instance that holds its state).
+    links: Vec<(usize, Arc<SegmentState>, Vec<Option<usize>>)>,
+}
+
+impl TakenOver<'_> {
+    /// Points the previous version's segments at the new version's instances, then unlocks
+    /// them: an RPC of the previous version that was waiting for a lock finds its state
+    /// where the new version keeps it. Called once the new version is installed.
+    pub(crate) fn hand_over(self) {
+        for (old, state, instance) in self.links {
+            let link = Successor { state, instance };
+            // Only the current version is replaced, and only once.
+            let first = self.previous.segments[old]
+                .state
+                .successor
+                .set(link)
+                .is_ok();
+            debug_assert!(first, "a version was replaced twice");
+        }
+        drop(self.guards);
+    }
+}
+
 impl Version {
     /// Gives each instance of this version, not yet installed, whose element is unchanged
-    /// the state its predecessor in `previous` has now, and its error counters. Each
-    /// predecessor's segment stays locked until the returned guards are dropped: drop them
-    /// only after this version is installed, so that no RPC of `previous` writes state
-    /// between the copy and the install. What RPCs already running in `previous` write
-    /// after that (a response handler's counters) stays there (docs/engine.md, "Reload").
+    /// the state its predecessor in `previous` has now: its variables, its error counters
+    /// and the per-RPC scratch of RPCs in flight. Each predecessor's segment stays locked
+    /// until [`TakenOver::hand_over`], called once this version is installed, so that no RPC
+    /// of `previous` writes state between the copy and the install; after it, RPCs of
+    /// `previous` use the state here (docs/engine.md, "Reload").
     pub(crate) fn take_over_state<'a>(
         &mut self,
         previous: &'a Version,
-    ) -> Result<Vec<MutexGuard<'a, Vec<Instance>>>, EngineError> {
-        let mut held = Vec::new();
+    ) -> Result<TakenOver<'a>, EngineError> {
+        let mut taken = TakenOver {
+            previous,
+            guards: Vec::new(),
+            links: Vec::new(),
+        };
         for seg in &mut self.segments {
             if seg.take_over.is_empty() {
                 continue;
             }
-            let Some(before) = previous
+            let Some(old_seg) = previous
                 .segments
                 .iter()
-                .find(|b| b.edge == seg.edge && b.side == seg.side)
+                .position(|b| b.edge == seg.edge && b.side == seg.side)
             else {
                 continue;
             };
-            let mut old = before.instances();
-            let new = seg
+            // Only `hand_over` shares the instances, after this.
+            let Some(state) = Arc::get_mut(&mut seg.state) else {
+                return Err(EngineError::Instance {
+                    edge: seg.edge.clone(),
+                    element: String::new(),
+                    message: "internal error: the instances were shared before the install".into(),
+                });
+            };
+            let mut old = previous.segments[old_seg].instances();
+            let new = state
                 .instances
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner);
+            let mut moved = vec![None; old.len()];
             for t in &seg.take_over {
                 let (Some(from), Some(to)) = (old.get_mut(t.old), new.get_mut(t.new)) else {
                     continue;
@@ -727,10 +897,12 @@ impl Version {
                     element: to.name.clone(),
                     message: format!("taking over the state of the previous version: {message}"),
                 })?;
+                moved[t.old] = Some(t.new);
             }
-            held.push(old);
+            taken.guards.push(old);
+            taken.links.push((old_seg, Arc::clone(&seg.state), moved));
         }
-        Ok(held)
+        Ok(taken)
     }
 }
 
@@ -752,6 +924,7 @@ fn copy_state(
     }
     to.errors = from.errors;
     to.malformed = from.malformed;
+    to.take_scratch_from(from);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! A reload keeps the state of the elements it leaves unchanged (a rate limiter stays drained,
-//! a cache stays warm) and starts changed elements afresh.
+//! a cache stays warm) and starts changed elements afresh; RPCs still running in the older
+//! version read and write that state where the newer version keeps it.
 
 // Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -240,4 +241,189 @@ fn state_written_while_a_reload_builds_is_carried_over() {
         !server_passes(&server),
         "the request made during the build must count in the new version"
     );
+}
+
+/// A server request from alice: its verdict, and the RPC when a response handler waits.
+fn server_request(
+    server: &Engine,
+    metadata: weft_runtime::Metadata,
+) -> weft_runtime::RequestOutcome {
+    server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/Say",
+            metadata,
+            two_strings("alice", "hi"),
+        )
+        .unwrap()
+}
+
+fn rejected_with(out: &weft_runtime::RequestOutcome) -> Option<Code> {
+    match &out.verdict {
+        Verdict::Forward(_) => None,
+        Verdict::Reject { code, .. } => Some(*code),
+        other => panic!("unexpected verdict {other:?}"),
+    }
+}
+
+#[test]
+fn a_response_after_a_reload_writes_where_the_new_version_reads() {
+    // At most one request in flight: the breaker counts requests up and responses down.
+    let dir = examples().join("echo");
+    let breaker = "circuitbreaker: {max_pending: 1}";
+    let server = Engine::open_yaml(&echo_edge(&[], &[breaker]), &dir, "echo", options()).unwrap();
+    let first = server_request(&server, no_metadata());
+    assert_eq!(rejected_with(&first), None);
+    let rpc = first.rpc.expect("the breaker waits for the response");
+
+    // Another element joins; the breaker is unchanged and takes over its count of one.
+    let grown = echo_edge(&[], &[breaker, "logging"]);
+    installed(server.reload_yaml(&grown, &dir).unwrap());
+    let second = server_request(&server, no_metadata());
+    assert_eq!(second.version, 2);
+    assert_eq!(
+        rejected_with(&second),
+        Some(Code::Unavailable),
+        "one is in flight"
+    );
+
+    // The first request's response runs in version 1, and its count goes down where
+    // version 2 counts: had it stayed in version 1's copy, version 2 would reject forever.
+    let out = server
+        .process_response(
+            rpc,
+            ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        )
+        .unwrap();
+    assert_eq!(out.version, 1);
+    let third = server_request(&server, no_metadata());
+    assert_eq!(rejected_with(&third), None, "nothing is in flight any more");
+}
+
+#[test]
+fn requests_stamped_with_the_older_version_draw_from_the_same_bucket() {
+    // During a rollout, clients that have not reloaded yet stamp the older version, and the
+    // server runs it while it has that version. A rate limiter both versions share must not
+    // hand out its tokens twice.
+    let dir = examples().join("echo");
+    let chain = [ratelimit(3), "metrics".to_owned()];
+    let chain: Vec<&str> = chain.iter().map(String::as_str).collect();
+    let server = Engine::open_yaml(&echo_edge(&[], &chain), &dir, "echo", options()).unwrap();
+    let old_stamp = server.digest();
+    let first = server_request(&server, no_metadata());
+    assert_eq!(rejected_with(&first), None);
+    // metrics waits for the response, which keeps version 1 alive.
+    let _in_flight = first.rpc.expect("metrics waits for the response");
+
+    let grown: Vec<&str> = chain.iter().copied().chain(["logging"]).collect();
+    installed(server.reload_yaml(&echo_edge(&[], &grown), &dir).unwrap());
+    let stamped = || {
+        let mut md = no_metadata();
+        md.insert("weft-version".into(), old_stamp.clone());
+        md
+    };
+    let second = server_request(&server, stamped());
+    assert_eq!(second.version, 1, "the stamped version is still here");
+    assert_eq!(rejected_with(&second), None);
+    let third = server_request(&server, no_metadata());
+    assert_eq!(third.version, 2);
+    assert_eq!(rejected_with(&third), None);
+    // Three tokens, three requests, whichever version each ran in.
+    for md in [no_metadata(), stamped()] {
+        let out = server_request(&server, md);
+        assert_eq!(
+            rejected_with(&out),
+            Some(Code::ResourceExhausted),
+            "version {} handed out a fourth token",
+            out.version
+        );
+    }
+}
+
+#[test]
+fn an_rpc_in_flight_across_a_reload_keeps_its_scratch() {
+    // metrics keeps the request's start time in the RPC's scratch and sends the latency at
+    // the response. The response runs where the state went, and so must the scratch.
+    let records = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&records);
+    let mut opts = options();
+    opts.channels = Some(Arc::new(
+        move |r: weft_hostcalls::channel::ChannelRecord, _| {
+            seen.lock().unwrap().push(r.channel.to_string())
+        },
+    ));
+    let dir = examples().join("echo");
+    let server = Engine::open_yaml(&echo_edge(&[], &["metrics"]), &dir, "echo", opts).unwrap();
+    let first = server_request(&server, no_metadata());
+    let rpc = first.rpc.expect("metrics waits for the response");
+    installed(
+        server
+            .reload_yaml(&echo_edge(&[], &["metrics", "logging"]), &dir)
+            .unwrap(),
+    );
+    server
+        .process_response(
+            rpc,
+            ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        )
+        .unwrap();
+    let latencies = records
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|channel| *channel == "latency")
+        .count();
+    assert_eq!(
+        latencies, 1,
+        "the latency of the RPC that spanned the reload"
+    );
+}
+
+#[test]
+fn an_rpc_older_than_several_reloads_finds_the_state_where_the_last_one_keeps_it() {
+    let dir = examples().join("echo");
+    let breaker = "circuitbreaker: {max_pending: 1}";
+    let chains: [&[&str]; 4] = [
+        &[breaker],
+        &[breaker, "logging"],
+        &[breaker, "logging", "metrics"],
+        &[breaker, "metrics"],
+    ];
+    let server = Engine::open_yaml(&echo_edge(&[], chains[0]), &dir, "echo", options()).unwrap();
+    let first = server_request(&server, no_metadata());
+    let rpc = first.rpc.expect("the breaker waits for the response");
+    for chain in &chains[1..] {
+        installed(server.reload_yaml(&echo_edge(&[], chain), &dir).unwrap());
+    }
+    // Versions 2 and 3 ran no RPC: freed, although version 1 still runs one and its state
+    // went through them to version 4.
+    let stats = server.stats();
+    assert_eq!(
+        (stats.current, stats.freed, stats.draining),
+        (4, 2, 1),
+        "{stats:?}"
+    );
+    assert_eq!(
+        rejected_with(&server_request(&server, no_metadata())),
+        Some(Code::Unavailable)
+    );
+
+    let out = server
+        .process_response(
+            rpc,
+            ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        )
+        .unwrap();
+    assert_eq!(out.version, 1);
+    assert_eq!(rejected_with(&server_request(&server, no_metadata())), None);
+    assert_eq!(server.stats().freed, 3);
 }
