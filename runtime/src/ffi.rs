@@ -25,7 +25,7 @@ use crate::Side;
 use crate::engine::{self, Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
 use crate::error::EngineError;
 use crate::metadata::{self, Decoded, Keys};
-use crate::records::RecordQueue;
+use crate::records::{Collector, RecordQueue};
 use crate::version::EngineOptions;
 
 pub const WEFT_SIDE_CLIENT: i32 = 0;
@@ -159,9 +159,9 @@ pub struct WeftRuntime {
     engine: Engine,
     /// Channel records waiting for `weft_records`; `None` when opened without a queue.
     records: Option<Arc<RecordQueue>>,
-    /// A record `weft_records` could not fit into the caller's buffer, for the next call.
-    /// The lock also keeps two collectors from interleaving.
-    record_carry: Mutex<Option<Vec<u8>>>,
+    /// `weft_records`' side of the queue (with a record that did not fit the caller's
+    /// buffer, for the next call); the lock also keeps two collectors from interleaving.
+    record_collector: Mutex<Collector>,
     rpcs: RpcTable,
     /// Outputs of calls that returned `WEFT_E_BUFFER`, by the address of their `WeftCall`
     /// (rare, so one lock is fine).
@@ -397,7 +397,7 @@ fn open_with(
         out = Box::into_raw(Box::new(WeftRuntime {
             engine,
             records,
-            record_carry: Mutex::new(None),
+            record_collector: Mutex::new(Collector::default()),
             rpcs: RpcTable::new(),
             pending: Mutex::new(HashMap::new()),
         }));
@@ -810,31 +810,31 @@ pub unsafe extern "C" fn weft_records(
             // SAFETY: non-NULL and writable (the caller's contract).
             unsafe { *dropped = queue.dropped() };
         }
-        let mut carry = rt
-            .record_carry
+        let mut collector = rt
+            .record_collector
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let cap = capacity(out);
-        let mut written = 0;
-        while let Some(record) = carry.take().or_else(|| queue.pop_encoded()) {
-            if written + record.len() > cap {
-                let needed = record.len();
-                *carry = Some(record);
-                if written == 0 {
-                    out.len = needed;
-                    return Ok(WEFT_E_BUFFER);
-                }
-                break;
-            }
-            // SAFETY: `written + record.len() <= cap`, so `ptr` is non-NULL and the bytes lie
-            // in the caller's buffer (the WeftBuf contract); Weft's vector cannot overlap it.
+        let (ptr, cap) = (out.ptr, capacity(out));
+        let mut at = 0;
+        let filled = collector.fill(queue, cap, |record| {
+            // SAFETY: `fill` hands over at most `cap` bytes in all, so `ptr` is non-NULL and
+            // `at + record.len() <= cap`: the bytes lie in the caller's buffer (the WeftBuf
+            // contract), which Weft's own buffer cannot overlap.
             unsafe {
-                std::ptr::copy_nonoverlapping(record.as_ptr(), out.ptr.add(written), record.len());
+                std::ptr::copy_nonoverlapping(record.as_ptr(), ptr.add(at), record.len());
             }
-            written += record.len();
+            at += record.len();
+        });
+        match filled {
+            Ok(written) => {
+                out.len = written;
+                Ok(WEFT_OK)
+            }
+            Err(needed) => {
+                out.len = needed;
+                Ok(WEFT_E_BUFFER)
+            }
         }
-        out.len = written;
-        Ok(WEFT_OK)
     })
 }
 

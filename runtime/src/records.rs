@@ -61,10 +61,60 @@ impl RecordQueue {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// The oldest record, encoded ([`encode`]).
-    pub fn pop_encoded(&self) -> Option<Vec<u8>> {
-        let Queued { record, method } = self.lock().pop_front()?;
-        Some(encode(&record, method.as_deref()))
+    /// Moves every queued record to the back of `into`, under one lock (RPCs pushing
+    /// meanwhile wait for a swap, not for each record).
+    fn take_all(&self, into: &mut VecDeque<Queued>) {
+        let mut q = self.lock();
+        if into.is_empty() {
+            // The queue keeps `into`'s allocation.
+            std::mem::swap(&mut *q, into);
+        } else {
+            into.extend(q.drain(..));
+        }
+    }
+}
+
+/// The collecting side of a [`RecordQueue`]: takes the queued records in one go and encodes
+/// them one at a time into the collector's buffer, reusing one scratch buffer.
+#[derive(Default)]
+pub struct Collector {
+    taken: VecDeque<Queued>,
+    /// The next record, encoded, when it is waiting for room; otherwise empty.
+    next: Vec<u8>,
+}
+
+impl Collector {
+    /// Hands whole encoded records, oldest first, to `write` while they fit in `room`
+    /// bytes: `Ok(bytes written)`, or `Err(size)` when the oldest record alone does not
+    /// fit (it is kept for the next call).
+    pub fn fill(
+        &mut self,
+        queue: &RecordQueue,
+        room: usize,
+        mut write: impl FnMut(&[u8]),
+    ) -> Result<usize, usize> {
+        let mut written = 0;
+        loop {
+            if self.next.is_empty() {
+                if self.taken.is_empty() {
+                    queue.take_all(&mut self.taken);
+                }
+                let Some(Queued { record, method }) = self.taken.pop_front() else {
+                    return Ok(written);
+                };
+                encode_into(&record, method.as_deref(), &mut self.next);
+            }
+            if written + self.next.len() > room {
+                return if written == 0 {
+                    Err(self.next.len())
+                } else {
+                    Ok(written)
+                };
+            }
+            write(&self.next);
+            written += self.next.len();
+            self.next.clear();
+        }
     }
 }
 
@@ -75,6 +125,12 @@ impl RecordQueue {
 /// around the JSON value keeps a collector from parsing JSON for the fixed fields.
 pub fn encode(record: &ChannelRecord, method: Option<&MethodSchema>) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
+    encode_into(record, method, &mut out);
+    out
+}
+
+/// [`encode`] appended to `out`.
+pub fn encode_into(record: &ChannelRecord, method: Option<&MethodSchema>, out: &mut Vec<u8>) {
     for text in [&*record.element, &*record.channel] {
         // Names come from element files: short, far below 4 GiB.
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
@@ -87,7 +143,7 @@ pub fn encode(record: &ChannelRecord, method: Option<&MethodSchema>) -> Vec<u8> 
     match &record.value {
         // `logging`'s records: the message is written straight out, not built as a JSON
         // value first (which took half the time of such a record).
-        Value::Msg(m) => weft_ir::sim::write_method_message_json(method, m, &mut out),
+        Value::Msg(m) => weft_ir::sim::write_method_message_json(method, m, out),
         v => {
             let render = |m: &weft_hostcalls::Message| weft_ir::sim::method_message_json(method, m);
             let json = weft_ir::json::to_json(v, &render).to_string();
@@ -101,7 +157,6 @@ pub fn encode(record: &ChannelRecord, method: Option<&MethodSchema>) -> Vec<u8> 
         (out.len() - at - 4) as u32
     });
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-    out
 }
 
 /// One record decoded from [`encode`]'s bytes: (element, channel, rpc id, time, value), and
@@ -168,13 +223,7 @@ mod tests {
             q.push(record(id), None);
         }
         assert_eq!(q.dropped(), 3);
-        let kept: Vec<Decoded> = std::iter::from_fn(|| q.pop_encoded())
-            .map(|b| {
-                let (d, rest) = decode(&b).unwrap();
-                assert!(rest.is_empty());
-                d
-            })
-            .collect();
+        let kept = collect(&mut Collector::default(), &q);
         let ids: Vec<u64> = kept.iter().map(|d| d.rpc_id).collect();
         assert_eq!(ids, [1, 2]);
         assert_eq!(
@@ -189,11 +238,48 @@ mod tests {
         );
         // Room again after draining.
         q.push(record(6), None);
-        assert!(
-            q.pop_encoded()
-                .is_some_and(|b| decode(&b).unwrap().0.rpc_id == 6)
-        );
+        let again = collect(&mut Collector::default(), &q);
+        assert_eq!(again.iter().map(|d| d.rpc_id).collect::<Vec<_>>(), [6]);
         assert_eq!(q.dropped(), 3);
+    }
+
+    /// Everything `collector` takes from `q`, decoded.
+    fn collect(collector: &mut Collector, q: &RecordQueue) -> Vec<Decoded> {
+        let mut bytes = Vec::new();
+        collector
+            .fill(q, usize::MAX, |r| bytes.extend_from_slice(r))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut rest = bytes.as_slice();
+        while !rest.is_empty() {
+            let (d, after) = decode(rest).unwrap();
+            out.push(d);
+            rest = after;
+        }
+        out
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_waits_for_the_next_call() {
+        let q = RecordQueue::new(8);
+        for id in 1..=3 {
+            q.push(record(id), None);
+        }
+        let mut c = Collector::default();
+        let one = encode(&record(1), None).len();
+        // Too small for one: its size, and nothing lost.
+        assert_eq!(c.fill(&q, one - 1, |_| panic!("nothing fits")), Err(one));
+        // Room for one and a half: one.
+        let mut got = Vec::new();
+        assert_eq!(
+            c.fill(&q, one + one / 2, |r| got.extend_from_slice(r)),
+            Ok(one)
+        );
+        assert_eq!(decode(&got).unwrap().0.rpc_id, 1);
+        // Records pushed meanwhile come after the ones already taken.
+        q.push(record(4), None);
+        let ids: Vec<u64> = collect(&mut c, &q).iter().map(|d| d.rpc_id).collect();
+        assert_eq!(ids, [2, 3, 4]);
     }
 
     /// The echo example's `Say` method.
