@@ -258,6 +258,19 @@ fn server_request(
         .unwrap()
 }
 
+/// The server's reply to `rpc`, through the response path.
+fn respond(server: &Engine, rpc: weft_runtime::Rpc) -> weft_runtime::ResponseOutcome {
+    server
+        .process_response(
+            rpc,
+            ServerResponse::Ok {
+                message: two_strings("hi", "echo-0"),
+                metadata: no_metadata(),
+            },
+        )
+        .unwrap()
+}
+
 fn rejected_with(out: &weft_runtime::RequestOutcome) -> Option<Code> {
     match &out.verdict {
         Verdict::Forward(_) => None,
@@ -289,15 +302,7 @@ fn a_response_after_a_reload_writes_where_the_new_version_reads() {
 
     // The first request's response runs in version 1, and its count goes down where
     // version 2 counts: had it stayed in version 1's copy, version 2 would reject forever.
-    let out = server
-        .process_response(
-            rpc,
-            ServerResponse::Ok {
-                message: two_strings("hi", "echo-0"),
-                metadata: no_metadata(),
-            },
-        )
-        .unwrap();
+    let out = respond(&server, rpc);
     assert_eq!(out.version, 1);
     let third = server_request(&server, no_metadata());
     assert_eq!(rejected_with(&third), None, "nothing is in flight any more");
@@ -364,15 +369,7 @@ fn an_rpc_in_flight_across_a_reload_keeps_its_scratch() {
             .reload_yaml(&echo_edge(&[], &["metrics", "logging"]), &dir)
             .unwrap(),
     );
-    server
-        .process_response(
-            rpc,
-            ServerResponse::Ok {
-                message: two_strings("hi", "echo-0"),
-                metadata: no_metadata(),
-            },
-        )
-        .unwrap();
+    respond(&server, rpc);
     let latencies = records
         .lock()
         .unwrap()
@@ -414,15 +411,7 @@ fn an_rpc_older_than_several_reloads_finds_the_state_where_the_last_one_keeps_it
         Some(Code::Unavailable)
     );
 
-    let out = server
-        .process_response(
-            rpc,
-            ServerResponse::Ok {
-                message: two_strings("hi", "echo-0"),
-                metadata: no_metadata(),
-            },
-        )
-        .unwrap();
+    let out = respond(&server, rpc);
     assert_eq!(out.version, 1);
     assert_eq!(rejected_with(&server_request(&server, no_metadata())), None);
     assert_eq!(server.stats().freed, 3);
