@@ -41,6 +41,9 @@ type echoServer struct {
 	// Response headers and trailers Say sets with grpc.SetHeader / SetTrailer, as an
 	// application handler may.
 	replyHeader, replyTrailer metadata.MD
+	// headerViaContext: SayStream sets replyHeader with grpc.SetHeader(stream.Context(), …)
+	// instead of stream.SetHeader.
+	headerViaContext bool
 }
 
 func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
@@ -84,10 +87,13 @@ func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {
 		e.mu.Lock()
 		e.last = proto.Clone(req).(*echopb.SayRequest)
 		e.lastMD = md
-		header := e.replyHeader
+		header, viaContext := e.replyHeader, e.headerViaContext
 		e.mu.Unlock()
 		// Set before each reply; after the first, grpc-go has sent the headers and refuses.
-		if header != nil {
+		switch {
+		case header != nil && viaContext:
+			_ = grpc.SetHeader(stream.Context(), header)
+		case header != nil:
 			_ = stream.SetHeader(header)
 		}
 		if err := stream.Send(&echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}); err != nil {

@@ -283,8 +283,14 @@ func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor {
 func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		w := &serverStream{ServerStream: ss, r: r, name: info.FullMethod, m: r.method(info.FullMethod), codec: codec}
-		if md, ok := metadata.FromIncomingContext(ss.Context()); ok {
+		w.ctx = ss.Context()
+		if md, ok := metadata.FromIncomingContext(w.ctx); ok {
 			w.md = md
+		}
+		// grpc.SetHeader(stream.Context(), …) reaches the stream's transport through the
+		// context: route it to the same hold-back as stream.SetHeader.
+		if sts := grpc.ServerTransportStreamFromContext(w.ctx); sts != nil {
+			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
 		err := handler(srv, w)
 		for _, rpc := range w.pending.drain() {
@@ -300,6 +306,7 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 
 type serverStream struct {
 	grpc.ServerStream
+	ctx     context.Context
 	r       *Runtime
 	name    string
 	m       cstr
@@ -315,6 +322,8 @@ type serverStream struct {
 	headerSent bool
 }
 
+func (w *serverStream) Context() context.Context { return w.ctx }
+
 func (w *serverStream) SetHeader(md metadata.MD) error {
 	return holdHeader(&w.header, w.headerSent, w.ServerStream, md)
 }
@@ -322,6 +331,17 @@ func (w *serverStream) SetHeader(md metadata.MD) error {
 func (w *serverStream) SendHeader(md metadata.MD) error {
 	return sendHeaderNow(&w.header, &w.headerSent, w.ServerStream, md)
 }
+
+// streamHeaders is the transport stream a stream handler's context carries, with its
+// headers held back by the serverStream like those set on the stream itself; trailers and
+// the method pass through.
+type streamHeaders struct {
+	grpc.ServerTransportStream
+	w *serverStream
+}
+
+func (h streamHeaders) SetHeader(md metadata.MD) error  { return h.w.SetHeader(md) }
+func (h streamHeaders) SendHeader(md metadata.MD) error { return h.w.SendHeader(md) }
 
 // headerSender is where held-back headers go: grpc-go's stream, unary or streaming.
 type headerSender interface {

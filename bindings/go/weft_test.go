@@ -747,7 +747,20 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 // On a server stream, the chain sees the headers the handler set with each response, and what
 // it adds to them before the first message goes out reaches the client.
 func TestServerStreamChainSeesHeadersTheHandlerSets(t *testing.T) {
+	for _, viaContext := range []bool{false, true} {
+		name := "stream.SetHeader"
+		if viaContext {
+			name = "grpc.SetHeader(stream.Context())"
+		}
+		t.Run(name, func(t *testing.T) { serverStreamChainSeesHandlerHeaders(t, viaContext) })
+	}
+}
+
+func serverStreamChainSeesHandlerHeaders(t *testing.T, viaContext bool) {
 	c, srv := appcheckMesh(t, "echo.Echo/SayStream")
+	srv.mu.Lock()
+	srv.headerViaContext = viaContext
+	srv.mu.Unlock()
 	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
 	stream, err := c.SayStream(ctx(t))
 	if err != nil {
