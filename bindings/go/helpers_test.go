@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
@@ -83,6 +85,9 @@ func (e *echoServer) SayStream(stream echopb.Echo_SayStreamServer) error {
 			return err
 		}
 		e.calls.Add(1)
+		if req.GetBody() == "fail" {
+			return status.Error(codes.Aborted, "failing as asked")
+		}
 		md, _ := metadata.FromIncomingContext(stream.Context())
 		e.mu.Lock()
 		e.last = proto.Clone(req).(*echopb.SayRequest)

@@ -293,7 +293,15 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
 		err := handler(srv, w)
-		for _, rpc := range w.pending.drain() {
+		pending := w.pending.drain()
+		if err != nil && len(pending) > 0 {
+			// As on the client: the oldest request still waiting gets the stream's error on
+			// its response path, so metrics and breakers see the failure; the others get no
+			// response.
+			w.failResponse(pending[0], err)
+			pending = pending[1:]
+		}
+		for _, rpc := range pending {
 			r.abandon(rpc)
 		}
 		// Headers the handler set but no message carried go out with the status.
@@ -541,6 +549,17 @@ func (w *serverStream) SendMsg(v any) error {
 	}
 	out.Free()
 	return w.ServerStream.SendMsg(v)
+}
+
+// failResponse runs rpc's response path with the status err ends the stream with. The
+// stream ends with err whatever the chain answers: its verdict has no message to go with.
+func (w *serverStream) failResponse(rpc uint64, err error) {
+	s := getCall()
+	defer putCall(s)
+	st := status.Convert(err)
+	s.encodeMD(w.header)
+	s.msg.len = 0
+	_ = w.r.runResponse(s, sideServer, w.m, rpc, int32(st.Code()), st.Message())
 }
 
 // handleQueue holds the rpc handles of a stream's requests that wait for their response,

@@ -797,6 +797,28 @@ func serverStreamChainSeesHandlerHeaders(t *testing.T, viaContext bool) {
 	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
 }
 
+// A stream handler that fails while a request waits for its response: that request's
+// response path runs with the failure, so a breaker counting requests in flight counts it
+// down (as the client side does when a stream fails).
+func TestServerStreamFailureRunsTheWaitingResponsePath(t *testing.T) {
+	c, _ := mesh(t, edge("echo.Echo/SayStream", `    server:
+      - circuitbreaker: {max_pending: 1}
+`))
+	for range 2 {
+		stream, err := c.SayStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "fail"}); err != nil {
+			t.Fatal(err)
+		}
+		// Had the first stream's request stayed counted, the breaker would answer the
+		// second with UNAVAILABLE before the handler ran.
+		_, err = stream.Recv()
+		wantCode(t, err, codes.Aborted, "failing as asked")
+	}
+}
+
 // A server chain that observes no metadata (metrics) leaves the handler's headers and
 // trailers to grpc-go, unrecorded: they still arrive, once each.
 func TestHandlerMetadataPassesAChainThatObservesNone(t *testing.T) {
