@@ -221,6 +221,24 @@ func interceptorBench(b *testing.B, cold bool) {
 		rt := open(b, benchClientYAML, "frontend")
 		run(b, rt.UnaryClientInterceptor(), grpc.ForceCodecV2(weft.ClientCodec()))
 	})
+	// With logging's and metrics' records handed to Go, as the hand-written variant hands its
+	// log records to slog. They are collected on another goroutine: cpu-ns/op counts the
+	// whole process, Close's last collection included.
+	b.Run("weft-records", func(b *testing.B) {
+		var n atomic.Int64
+		// A queue large enough for a collection interval of calls this short.
+		rt := openWith(b, benchClientYAML, "frontend",
+			weft.WithRecords(func(weft.Record) { n.Add(1) }), weft.WithRecordQueue(1<<22))
+		cpu0 := processCPU()
+		run(b, rt.UnaryClientInterceptor(), grpc.ForceCodecV2(weft.ClientCodec()))
+		_ = rt.Close()
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(n.Load())/float64(b.N), "records/op")
+		b.ReportMetric(float64(rt.DroppedRecords())/float64(b.N), "dropped/op")
+		if n.Load() == 0 {
+			b.Fatal("no records reached Go")
+		}
+	})
 }
 
 // BenchmarkServerInterceptor is one server interceptor call with no network: what grpc-go

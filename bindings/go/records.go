@@ -1,5 +1,10 @@
 package weft
 
+/*
+#include "weft.h"
+*/
+import "C"
+
 import (
 	"bytes"
 	"encoding/binary"
@@ -79,9 +84,10 @@ type recordPump struct {
 	stop    chan struct{}
 	done    chan struct{}
 	dropped atomic.Uint64
-	// limit: the queue's size, the most one collection takes, so that RPCs sending records
-	// as fast as they are collected cannot keep a collection going.
+	// limit: the queue's size, the most one collection takes (pumpRecords).
 	limit int
+	// batch: the records of one library buffer, reused from batch to batch.
+	batch []Record
 	// names interns element and channel names: a chain has a handful.
 	names map[string]string
 	// errs counts collections that failed and lines that did not parse (a bug in Weft);
@@ -113,48 +119,71 @@ func (r *Runtime) startRecords(o options) {
 			case <-p.stop:
 				return
 			case <-t.C:
-				p.deliver(r.collectRecords())
+				r.pumpRecords()
 			}
 		}
 	}()
 }
 
-// collectRecords takes every queued record out of the library, under the read lock so that
-// Close cannot free the runtime meanwhile.
-func (r *Runtime) collectRecords() []Record {
+// pumpRecords hands the queued records to the handler, one library buffer at a time (a few
+// hundred records), and at most as many as the queue holds, so that RPCs sending records
+// as fast as they are collected cannot keep it going.
+func (r *Runtime) pumpRecords() {
+	p := r.records
+	for taken := 0; taken < p.limit; {
+		batch, ok := r.collectBatch(p.batch[:0])
+		p.batch = batch
+		p.deliver(batch)
+		taken += len(batch)
+		if !ok || len(batch) == 0 {
+			return
+		}
+	}
+}
+
+// collectBatch appends one library buffer's worth of records to into, under the read lock
+// so that Close cannot free the runtime meanwhile; false when the runtime is closed or the
+// collection failed.
+func (r *Runtime) collectBatch(into []Record) ([]Record, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.h == nil {
-		return nil
+		return into, false
 	}
-	return r.records.collect(r)
+	return r.records.collectBatch(r.h, into)
 }
 
-// collect reads queued records until the queue is empty or it has read as many as the queue
-// holds. The caller holds r.mu.
-func (p *recordPump) collect(r *Runtime) []Record {
+// collectAll takes every queued record; the caller holds r.mu for writing, so no RPC adds
+// any meanwhile (Close).
+func (p *recordPump) collectAll(h *C.WeftRuntime) []Record {
 	var out []Record
-	for len(out) < p.limit {
-		lines, dropped, msg := collectRecords(r.h, p.buf)
-		p.dropped.Store(dropped)
-		if msg != "" {
-			p.fail("collecting channel records: " + msg)
+	for {
+		n := len(out)
+		var ok bool
+		if out, ok = p.collectBatch(h, out); !ok || len(out) == n {
 			return out
-		}
-		if len(lines) == 0 {
-			return out
-		}
-		for len(lines) > 0 {
-			rec, rest, ok := p.decode(lines)
-			if !ok {
-				p.fail(fmt.Sprintf("a channel record is cut short: %d bytes left", len(lines)))
-				break
-			}
-			out = append(out, rec)
-			lines = rest
 		}
 	}
-	return out
+}
+
+// collectBatch appends the records of one library buffer to into. The caller holds r.mu.
+func (p *recordPump) collectBatch(h *C.WeftRuntime, into []Record) ([]Record, bool) {
+	lines, dropped, msg := collectRecords(h, p.buf)
+	p.dropped.Store(dropped)
+	if msg != "" {
+		p.fail("collecting channel records: " + msg)
+		return into, false
+	}
+	for len(lines) > 0 {
+		rec, rest, ok := p.decode(lines)
+		if !ok {
+			p.fail(fmt.Sprintf("a channel record is cut short: %d bytes left", len(lines)))
+			return into, false
+		}
+		into = append(into, rec)
+		lines = rest
+	}
+	return into, true
 }
 
 // decode reads one record as weft_records encodes it (docs/c-abi.md): element and channel

@@ -192,7 +192,7 @@ func (r *Runtime) Close() error {
 	r.mu.Lock()
 	if r.h != nil {
 		if p != nil {
-			last = p.collect(r)
+			last = p.collectAll(r.h)
 			p.buf.free()
 		}
 		closeRuntime(r.h)
