@@ -1043,10 +1043,12 @@ pub fn bytes_to_json(
         message: desc.full_name().to_owned(),
         reason,
     };
-    let msg =
-        DynamicMessage::decode(desc.clone(), bytes).map_err(|e| decode_error(e.to_string()))?;
-    msg.serialize_with_options(serde_json::value::Serializer, &json_options())
-        .map_err(|e| decode_error(e.to_string()))
+    // Through text, not `serde_json::value::Serializer`: that one widens a `float` field to
+    // f64 (-6.0727105e33 becomes -6.072710529924295e33), where the text keeps the float's
+    // shortest form, as protobuf's JSON mapping and the channel records do.
+    let mut text = Vec::new();
+    write_bytes_json(desc, bytes, &mut text)?;
+    serde_json::from_slice(&text).map_err(|e| decode_error(e.to_string()))
 }
 
 /// [`bytes_to_json`] written as JSON text onto `out`, without building the value first (a
