@@ -44,6 +44,7 @@ type options struct {
 // are queued by the RPCs, which never wait for handle, and collected every interval (see
 // WithRecordInterval) by one goroutine, which calls handle for each in the order they were
 // sent; Close collects the last ones. Without this option the elements build no records.
+// handle must not call the runtime's Close (Close waits for the goroutine that calls it).
 func WithRecords(handle func(Record)) Option {
 	return func(o *options) { o.records = handle }
 }
