@@ -11,6 +11,13 @@
 //	rt, err := weft.Open("weft.yaml", "echo")
 //	srv := grpc.NewServer(rt.ServerOptions()...)
 //
+// The records elements send to channels (logging's messages, metrics' latencies) reach Go
+// through WithRecords:
+//
+//	rt, err := weft.Open("weft.yaml", "echo", weft.WithRecords(func(r weft.Record) {
+//		slog.Info("weft", "element", r.Element, "channel", r.Channel, "value", r.Value)
+//	}))
+//
 // See docs/go.md in the repository for how the package is built and linked.
 package weft
 
