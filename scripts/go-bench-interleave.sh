@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares two builds of the Go binding's echo benchmark on a shared machine: runs
-# BenchmarkEcho/{none,handwritten,handwritten-noencode,weft} for 1 s each, alternating
-# between the two test binaries, for ROUNDS rounds, and reports per build the median over
+# BenchmarkEcho/{none,handwritten,handwritten-noencode,weft} for 1 s each, each variant on
+# the two test binaries back to back, for ROUNDS rounds, and reports per build the median over
 # rounds of each variant's cost added over `none` measured in the same round (so a change of
 # load between rounds cancels out), and the ratios to the hand-written interceptors.
 #
@@ -19,9 +19,12 @@ raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 cd "$(dirname "$0")/../bindings/go"
 for r in $(seq 1 "$rounds"); do
-  for bin in before after; do
-    exe=$1; [ "$bin" = after ] && exe=$2
-    for v in $variants; do
+  # Each variant runs on both builds back to back, which build first alternating by round,
+  # so a change of load hits both sides of a comparison alike.
+  order="before after"; [ $((r % 2)) -eq 0 ] && order="after before"
+  for v in $variants; do
+    for bin in $order; do
+      exe=$1; [ "$bin" = after ] && exe=$2
       "$exe" -test.run '^$' -test.bench "BenchmarkEcho/$v\$" -test.benchtime 1s |
         awk -v r="$r" -v b="$bin" -v v="$v" '/^BenchmarkEcho/ {
           for (i = 2; i <= NF; i++) { if ($(i+1) == "ns/op") ns = $i; if ($(i+1) == "cpu-ns/op") cpu = $i }
