@@ -90,7 +90,6 @@ static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *bas
 import "C"
 
 import (
-	"encoding/binary"
 	"runtime"
 	"unsafe"
 
@@ -316,15 +315,13 @@ func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool)
 		requestMessage:  messages&C.WEFT_OBSERVES_REQUEST_MESSAGE != 0,
 		responseMessage: messages&C.WEFT_OBSERVES_RESPONSE_MESSAGE != 0,
 	}
-	b := outBytes(&out)
-	for len(b) >= 4 {
-		n := int(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-		if n > len(b) {
+	for b := outBytes(&out); len(b) > 0; {
+		key, rest, ok := lenPrefixed(b)
+		if !ok {
 			return nil, false
 		}
-		ks.keys = append(ks.keys, string(b[:n]))
-		b = b[n:]
+		ks.keys = append(ks.keys, string(key))
+		b = rest
 	}
 	ks.stampOnly = ks.version != 0 && len(ks.keys) == 1 && ks.keys[0] == versionHeader
 	return ks, true

@@ -50,27 +50,32 @@ func (s *callState) decodeMD(b []byte) metadata.MD {
 // dst strings.
 func (s *callState) parseMD(b []byte) metadata.MD {
 	md := make(metadata.MD, 4)
-	for len(b) >= 4 {
-		n := int(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-		if n > len(b) {
-			break
+	for {
+		k, rest, ok := lenPrefixed(b)
+		if !ok {
+			return md
 		}
-		k := s.intern(b[:n])
-		b = b[n:]
-		if len(b) < 4 {
-			break
+		v, rest, ok := lenPrefixed(rest)
+		if !ok {
+			return md
 		}
-		n = int(binary.LittleEndian.Uint32(b))
-		b = b[4:]
-		if n > len(b) {
-			break
-		}
-		v := s.intern(b[:n])
-		b = b[n:]
-		md[k] = append(md[k], v)
+		key := s.intern(k)
+		md[key] = append(md[key], s.intern(v))
+		b = rest
 	}
-	return md
+}
+
+// lenPrefixed splits off the bytes a u32 LE length prefixes, the C ABI's framing of
+// metadata entries, metadata keys and record fields; false when b is empty or cut short.
+func lenPrefixed(b []byte) (item, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, b, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(len(b)-4) < uint64(n) {
+		return nil, b, false
+	}
+	return b[4 : 4+n], b[4+n:], true
 }
 
 // responseMeta captures the headers and trailers of a response whose chain runs on the

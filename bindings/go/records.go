@@ -192,23 +192,12 @@ func (p *recordPump) collectBatch(h *C.WeftRuntime, into []Record) ([]Record, bo
 // names and the JSON value, each a u32 LE length and its bytes, around the RPC id (u64 LE)
 // and the time (f64 LE). The value is copied: b is reused.
 func (p *recordPump) decode(b []byte) (Record, []byte, bool) {
-	field := func() ([]byte, bool) {
-		if len(b) < 4 {
-			return nil, false
-		}
-		n := binary.LittleEndian.Uint32(b)
-		if uint64(len(b)-4) < uint64(n) {
-			return nil, false
-		}
-		f := b[4 : 4+n]
-		b = b[4+n:]
-		return f, true
-	}
 	name := func() (string, bool) {
-		f, ok := field()
+		f, rest, ok := lenPrefixed(b)
 		if !ok {
 			return "", false
 		}
+		b = rest
 		s, seen := p.names[string(f)]
 		if !seen {
 			s = string(f)
@@ -227,12 +216,12 @@ func (p *recordPump) decode(b []byte) (Record, []byte, bool) {
 	r.RPC = binary.LittleEndian.Uint64(b)
 	r.Time = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
 	b = b[16:]
-	value, ok := field()
+	value, rest, ok := lenPrefixed(b)
 	if !ok {
 		return r, nil, false
 	}
 	r.Value = bytes.Clone(value)
-	return r, b, true
+	return r, rest, true
 }
 
 func (p *recordPump) fail(msg string) {

@@ -1082,14 +1082,7 @@ pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
 /// [`message_json`] for a message of `method` (its body is `null` without one, or when the
 /// bytes do not decode).
 pub fn method_message_json(method: Option<&MethodSchema>, m: &Message) -> Json {
-    let desc = method.map(|mm| {
-        if m.kind == weft_hostcalls::MsgKind::Request {
-            &mm.request
-        } else {
-            &mm.response
-        }
-    });
-    let body = desc
+    let body = descriptor_of(method, m)
         .and_then(|d| wire::bytes_to_json(d, &m.bytes).ok())
         .unwrap_or(Json::Null);
     if m.code == Code::Ok {
@@ -1097,6 +1090,20 @@ pub fn method_message_json(method: Option<&MethodSchema>, m: &Message) -> Json {
     } else {
         json!({"status": m.code.name(), "message": m.status_message})
     }
+}
+
+/// The type of a message of `method`: its request's or its response's.
+fn descriptor_of<'m>(
+    method: Option<&'m MethodSchema>,
+    m: &Message,
+) -> Option<&'m prost_reflect::MessageDescriptor> {
+    method.map(|mm| {
+        if m.kind == weft_hostcalls::MsgKind::Request {
+            &mm.request
+        } else {
+            &mm.response
+        }
+    })
 }
 
 /// [`method_message_json`] written as JSON text onto `out` (the same value, keys in the same
@@ -1113,14 +1120,8 @@ pub fn write_method_message_json(method: Option<&MethodSchema>, m: &Message, out
         out.extend_from_slice(b"{}");
     }
     out.extend_from_slice(b",\"message\":");
-    let desc = method.map(|mm| {
-        if m.kind == weft_hostcalls::MsgKind::Request {
-            &mm.request
-        } else {
-            &mm.response
-        }
-    });
-    let written = desc.is_some_and(|d| wire::write_bytes_json(d, &m.bytes, out).is_ok());
+    let written =
+        descriptor_of(method, m).is_some_and(|d| wire::write_bytes_json(d, &m.bytes, out).is_ok());
     if !written {
         out.extend_from_slice(b"null");
     }
