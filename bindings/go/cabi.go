@@ -327,12 +327,6 @@ func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool)
 	return ks, true
 }
 
-func abandon(h *C.WeftRuntime, rpc uint64) {
-	if rpc != 0 {
-		C.weft_rpc_abandon(h, C.uint64_t(rpc))
-	}
-}
-
 // cstr is a method name copied once into C memory; methods are few and live as long as the
 // process, so they are never freed.
 type cstr struct {
@@ -410,3 +404,5 @@ func cString(s string) *C.char { return C.CString(s) }
 
 func closeRuntime(h *C.WeftRuntime)          { C.weft_close(h) }
 func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) }
+
+func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }

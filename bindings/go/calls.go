@@ -6,9 +6,14 @@ package weft
 import "C"
 
 import (
+	"context"
+	"errors"
+	"io"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -38,15 +43,35 @@ func (r *Runtime) runResponse(s *callState, side C.int32_t, m cstr, rpc uint64, 
 	return s.response(r.h, side, m, rpc, code, msg)
 }
 
-func (r *Runtime) abandon(rpc uint64) {
+// endRPC runs the response path of a request that passed the chain but will get no response
+// of its own: the call failed after the chain (a request that does not decode, a reply that
+// does not encode), or its stream ended first. The response carries err's status (OK when
+// err is nil or io.EOF, a stream's clean end), md as its metadata and no message. So every
+// request that passed the chain has its response handlers run exactly once, and an element
+// counting requests in flight (a circuit breaker) counts it down. What the chain answers is
+// not used: the caller gets err.
+func (r *Runtime) endRPC(side C.int32_t, m cstr, rpc uint64, err error, md metadata.MD) {
 	if rpc == 0 {
 		return
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.h != nil {
-		abandon(r.h, rpc)
+	s := getCall()
+	defer putCall(s)
+	st := statusOf(err)
+	s.encodeMD(md)
+	s.msg.len = 0
+	_ = r.runResponse(s, side, m, rpc, int32(st.Code()), st.Message())
+}
+
+// statusOf is the gRPC status a caller sees for err: OK for nil and io.EOF (a stream's clean
+// end), the context's code for a cancelled or expired context.
+func statusOf(err error) *status.Status {
+	switch {
+	case err == nil || err == io.EOF:
+		return status.New(codes.OK, "")
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err)
 	}
+	return status.Convert(err)
 }
 
 func failure(rc C.int32_t, s *callState, dir string) error {

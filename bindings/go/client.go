@@ -2,7 +2,6 @@ package weft
 
 import (
 	"context"
-	"io"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -119,7 +118,7 @@ func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rp
 			extra.Free()
 		}
 		if err != nil {
-			r.abandon(rpc)
+			r.endRPC(sideClient, m, rpc, err, nil)
 			return err
 		}
 	}
@@ -130,8 +129,9 @@ func (r *Runtime) unaryClientTyped(ctx context.Context, s *callState, m cstr, rp
 		return nil
 	}
 	if _, err := encodeInto(s, replyMsg); err != nil {
-		r.abandon(rpc)
-		return status.Errorf(codes.Internal, "weft: %s: encoding the reply: %v", method, err)
+		err = status.Errorf(codes.Internal, "weft: %s: encoding the reply: %v", method, err)
+		r.endRPC(sideClient, m, rpc, err, nil)
+		return err
 	}
 	rm.encode(s)
 	return r.clientResponse(s, m, rpc, method, replyMsg, opts)
@@ -195,6 +195,10 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 			r: r, name: method, m: r.method(method), md: md, codec: hasWeftCodec(opts), cancel: cancel,
 			ctx: ctx, desc: desc, cc: cc, streamer: streamer, opts: opts,
 		}
+		// A caller may stop reading before the stream's end and cancel its context instead,
+		// grpc-go's other way to release a stream: the requests still waiting then get the
+		// context's status.
+		w.stopWatch = context.AfterFunc(ctx, func() { w.endWaiting(ctx.Err()) })
 		return w, nil
 	}
 }
@@ -224,6 +228,24 @@ type clientStream struct {
 	mu     sync.Mutex // SendMsg and RecvMsg may run on two goroutines
 	local  [][]byte   // local replies not yet received
 	failed error
+
+	stopWatch func() bool // stops the watch on the context set up at the start
+}
+
+// endWaiting gives every request still waiting the stream's end as its response: err's
+// status, OK for a clean end (docs/go.md, "Streams").
+func (c *clientStream) endWaiting(err error) {
+	for _, rpc := range c.pending.drain() {
+		c.r.endRPC(sideClient, c.m, rpc, err, nil)
+	}
+}
+
+// finish ends the stream for the chain once grpc-go has ended it (or the chain failed it),
+// and releases its context.
+func (c *clientStream) finish(err error) {
+	c.endWaiting(err)
+	c.stopWatch()
+	c.cancel()
 }
 
 // stream opens the underlying stream on first use; md and dst are the first message's
@@ -242,7 +264,7 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 		}
 		c.cs, c.openErr = c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
 		if c.openErr != nil {
-			c.cancel()
+			c.finish(c.openErr)
 		}
 	}
 	return c.cs, c.openErr
@@ -333,6 +355,11 @@ func (c *clientStream) SendMsg(v any) error {
 	}
 	if rpc := s.rpcHandle(); rpc != 0 {
 		c.pending.push(rpc)
+		// The stream may have ended (its context is then done) before this request
+		// joined the queue; the end's drain did not see it.
+		if err := c.ctx.Err(); err != nil {
+			c.endWaiting(err)
+		}
 	}
 	return c.send(buf, msg, changed, md, dst)
 }
@@ -368,10 +395,7 @@ func (c *clientStream) fail(err error) error {
 		c.failed = err
 	}
 	c.mu.Unlock()
-	for _, rpc := range c.pending.drain() {
-		c.r.abandon(rpc)
-	}
-	c.cancel()
+	c.finish(err)
 	return err
 }
 
@@ -411,25 +435,21 @@ func (c *clientStream) RecvMsg(v any) error {
 			err = c.failed
 		}
 		c.mu.Unlock()
-		pending := c.pending.drain()
-		if err == io.EOF {
-			for _, rpc := range pending {
-				c.r.abandon(rpc)
-			}
-			return err
-		}
-		// The stream failed: the oldest request gets the error on its response path, the
-		// rest will never have a response.
-		if len(pending) > 0 {
-			st := status.Convert(err)
-			s.md.len, s.msg.len = 0, 0
-			c.r.runResponse(s, sideClient, c.m, pending[0], int32(st.Code()), st.Message())
-			for _, rpc := range pending[1:] {
-				c.r.abandon(rpc)
-			}
-		}
+		c.finish(err)
 		return err
 	}
+	err = c.response(cs, s, msg)
+	if !c.desc.ServerStreams {
+		// grpc-go ends a stream without server streaming at its one response (it has read
+		// the status behind it): the requests still waiting get what the caller gets.
+		c.finish(err)
+	}
+	return err
+}
+
+// response runs the chain over a message received from the server, as the response to the
+// oldest request still waiting.
+func (c *clientStream) response(cs grpc.ClientStream, s *callState, msg proto.Message) error {
 	if c.codec {
 		in := s.raw.buf
 		s.raw.buf = nil

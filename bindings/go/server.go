@@ -89,12 +89,13 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	rpc := s.rpcHandle()
 	if in.err != nil && !s.messageChanged() {
-		r.abandon(rpc)
-		return nil, badRequest(info.FullMethod, in.err)
+		err := badRequest(info.FullMethod, in.err)
+		r.endRPC(sideServer, m, rpc, err, nil)
+		return nil, err
 	}
 	if s.messageChanged() {
 		if err := unmarshalInto(s.outMessage(), reqMsg, "the chain's rewritten request"); err != nil {
-			r.abandon(rpc)
+			r.endRPC(sideServer, m, rpc, err, nil)
 			return nil, err
 		}
 	}
@@ -141,8 +142,9 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	respMsg, ok := resp.(proto.Message)
 	if !ok {
-		r.abandon(rpc)
-		return nil, status.Errorf(codes.Internal, "weft: %s: response %T is not a protobuf message", info.FullMethod, resp)
+		err := status.Errorf(codes.Internal, "weft: %s: response %T is not a protobuf message", info.FullMethod, resp)
+		r.endRPC(sideServer, m, rpc, err, nil)
+		return nil, err
 	}
 	// The response's bytes go to the chain only if it can observe them; otherwise grpc-go
 	// encodes the message as it would without Weft.
@@ -155,8 +157,9 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 			r.stashRequests.Store(true)
 		}
 		if out, err = encodeInto(s, respMsg); err != nil {
-			r.abandon(rpc)
-			return nil, status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
+			err = status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
+			r.endRPC(sideServer, m, rpc, err, nil)
+			return nil, err
 		}
 	} else {
 		s.msg.len = 0
@@ -293,16 +296,10 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
 		err := handler(srv, w)
-		pending := w.pending.drain()
-		if err != nil && len(pending) > 0 {
-			// As on the client: the oldest request still waiting gets the stream's error on
-			// its response path, so metrics and breakers see the failure; the others get no
-			// response.
-			w.failResponse(pending[0], err)
-			pending = pending[1:]
-		}
-		for _, rpc := range pending {
-			r.abandon(rpc)
+		// Requests still waiting get the stream's end as their response: the handler's
+		// error, or OK when it returned nil (docs/go.md, "Streams").
+		for _, rpc := range w.pending.drain() {
+			r.endRPC(sideServer, w.m, rpc, err, w.header)
 		}
 		// Headers the handler set but no message carried go out with the status.
 		if ferr := w.flushHeader(); err == nil {
@@ -455,7 +452,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		err = decodeRequest(s.msg.bytes(), msg, w.name)
 	}
 	if err != nil {
-		w.r.abandon(rpc)
+		w.r.endRPC(sideServer, w.m, rpc, err, nil)
 		return err
 	}
 	if rpc != 0 {
@@ -513,8 +510,9 @@ func (w *serverStream) SendMsg(v any) error {
 	defer putCall(s)
 	out, err := encodeInto(s, msg)
 	if err != nil {
-		w.r.abandon(rpc)
-		return status.Errorf(codes.Internal, "weft: %s: encoding a stream reply: %v", w.name, err)
+		err = status.Errorf(codes.Internal, "weft: %s: encoding a stream reply: %v", w.name, err)
+		w.r.endRPC(sideServer, w.m, rpc, err, nil)
+		return err
 	}
 	// The chain sees the headers the handler set. Once they went out with an earlier
 	// message, a change the chain makes to them cannot follow (grpc-go sends headers once).
@@ -549,17 +547,6 @@ func (w *serverStream) SendMsg(v any) error {
 	}
 	out.Free()
 	return w.ServerStream.SendMsg(v)
-}
-
-// failResponse runs rpc's response path with the status err ends the stream with. The
-// stream ends with err whatever the chain answers: its verdict has no message to go with.
-func (w *serverStream) failResponse(rpc uint64, err error) {
-	s := getCall()
-	defer putCall(s)
-	st := status.Convert(err)
-	s.encodeMD(w.header)
-	s.msg.len = 0
-	_ = w.r.runResponse(s, sideServer, w.m, rpc, int32(st.Code()), st.Message())
 }
 
 // handleQueue holds the rpc handles of a stream's requests that wait for their response,

@@ -179,6 +179,19 @@ func (r *Runtime) Version() uint64 {
 	return runtimeVersion(r.h)
 }
 
+// WaitingRPCs is the number of requests that ran the chain and whose response path has not
+// run yet: calls and stream messages waiting for their response. Every request's response
+// path runs once, when its response arrives or its call or stream ends; a count that only
+// grows points at calls whose end never reaches Weft (docs/go.md, "Streams").
+func (r *Runtime) WaitingRPCs() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return 0
+	}
+	return rpcsWaiting(r.h)
+}
+
 // Service is the service name this Runtime runs as.
 func (r *Runtime) Service() string { return r.service }
 

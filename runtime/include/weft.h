@@ -189,6 +189,14 @@ int32_t weft_metadata_keys(const struct WeftRuntime *rt,
 // `rt` is NULL or a live runtime.
 uint64_t weft_version(const struct WeftRuntime *rt);
 
+// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
+// requests waiting for their response. A count that only grows points at calls whose end
+// never reaches the runtime. 0 for NULL.
+//
+// # Safety
+// `rt` is NULL or a live runtime.
+uint64_t weft_rpcs_waiting(const struct WeftRuntime *rt);
+
 // Moves queued channel records into `out`, oldest first, each encoded as: the element's
 // name and the channel's (each a u32 LE length and UTF-8 bytes), the RPC id (u64 LE), the
 // time in seconds on the runtime's clock (f64 LE), and the value as a u32 LE length and

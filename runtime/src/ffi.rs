@@ -227,6 +227,12 @@ impl RpcTable {
     fn take(&self, handle: u64) -> Option<Rpc> {
         self.shard(handle).remove(&handle)
     }
+
+    /// Handles not yet answered or abandoned. Shard by shard, so not one instant's count
+    /// while calls run; exact when none does.
+    fn len(&self) -> usize {
+        (0..RPC_SHARDS).map(|i| self.shard(i as u64).len()).sum()
+    }
 }
 
 /// A call's outputs kept after `WEFT_E_BUFFER`.
@@ -774,6 +780,23 @@ pub unsafe extern "C" fn weft_version(rt: *const WeftRuntime) -> u64 {
     v
 }
 
+/// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
+/// requests waiting for their response. A count that only grows points at calls whose end
+/// never reaches the runtime. 0 for NULL.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_rpcs_waiting(rt: *const WeftRuntime) -> u64 {
+    let mut n = 0;
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        n = unsafe { runtime(rt)? }.rpcs.len() as u64;
+        Ok(WEFT_OK)
+    });
+    n
+}
+
 /// Moves queued channel records into `out`, oldest first, each encoded as: the element's
 /// name and the channel's (each a u32 LE length and UTF-8 bytes), the RPC id (u64 LE), the
 /// time in seconds on the runtime's clock (f64 LE), and the value as a u32 LE length and
@@ -1168,6 +1191,30 @@ edges:
             (response.verdict, response.message_changed),
             (WEFT_VERDICT_FORWARD, 0)
         );
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
+    #[test]
+    fn waiting_rpcs_count_requests_until_their_response_or_abandonment() {
+        let rt = open_server();
+        let (version, _) = observed_on_server("- metrics");
+        let mut md = Vec::new();
+        entry(&mut md, "weft-version", b"from-the-client");
+        // SAFETY (each `weft_rpcs_waiting` below): a live runtime.
+        let waiting = || unsafe { weft_rpcs_waiting(rt) };
+        let first = run_call(rt, WEFT_SIDE_SERVER, 0, &md, version, &[]);
+        let second = run_call(rt, WEFT_SIDE_SERVER, 0, &md, version, &[]);
+        assert_eq!((first.rc, second.rc), (WEFT_OK, WEFT_OK));
+        assert_eq!(waiting(), 2);
+        let response = run_call(rt, WEFT_SIDE_SERVER, first.rpc, &[], version, &[]);
+        assert_eq!(response.rc, WEFT_OK);
+        assert_eq!(waiting(), 1);
+        // SAFETY: a live runtime; the handle came from this runtime's request.
+        unsafe { weft_rpc_abandon(rt, second.rpc) };
+        assert_eq!(waiting(), 0);
+        // SAFETY: NULL is allowed.
+        assert_eq!(unsafe { weft_rpcs_waiting(std::ptr::null()) }, 0);
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
     }

@@ -1,0 +1,220 @@
+package weft_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	weft "github.com/weft-mesh/weft/bindings/go"
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+// waitForNoWaitingRPCs fails the test unless rt's count of requests waiting for their
+// response drops to zero within a few seconds (a server's stream ends after its handler
+// returns, which the client may see first).
+func waitForNoWaitingRPCs(t *testing.T, rt *weft.Runtime, who string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.WaitingRPCs() != 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := rt.WaitingRPCs(); n != 0 {
+		t.Fatalf("%s: %d requests still wait for a response after their stream ended", who, n)
+	}
+}
+
+// serveCollector serves echo.Echo/SayStream as a client-streaming method: it reads every
+// message, then answers once with their count.
+func serveCollector(t *testing.T, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "echo.Echo",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "SayStream",
+			ClientStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				n := 0
+				for {
+					var req echopb.SayRequest
+					err := stream.RecvMsg(&req)
+					if err == io.EOF {
+						return stream.SendMsg(&echopb.SayReply{Body: fmt.Sprint(n)})
+					}
+					if err != nil {
+						return err
+					}
+					n++
+				}
+			},
+		}},
+		Metadata: "echo.proto",
+	}, nil)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// A client-streaming call sends three requests and gets one response, paired with the first.
+// The other two get the stream's clean end (OK, no message) as their response on both sides,
+// so breakers that count requests in flight count them down and the next stream passes.
+func TestClientStreamingEndAnswersEveryRequest(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", `    client:
+      - circuitbreaker: {max_pending: 3}
+    server:
+      - element: circuitbreaker
+        name: server_breaker
+        params: {max_pending: 3}
+      - logging
+`)
+	var sink recordSink
+	srt := openWith(t, yaml, "echo", weft.WithRecords(sink.add))
+	crt := open(t, yaml, "frontend")
+	addr := serveCollector(t, srt.ServerOptions()...)
+	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	const streams = 3
+	for i := range streams {
+		cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}, "/echo.Echo/SayStream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: fmt.Sprint(j)}); err != nil {
+				t.Fatalf("stream %d, message %d: %v", i, j, err)
+			}
+		}
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var reply echopb.SayReply
+		if err := cs.RecvMsg(&reply); err != nil {
+			t.Fatalf("stream %d: %v (a breaker still counting an earlier stream's requests?)", i, err)
+		}
+		if reply.GetBody() != "3" {
+			t.Fatalf("stream %d: the server counted %q messages, want 3", i, reply.GetBody())
+		}
+		// The client's stream ended with its one response.
+		if n := crt.WaitingRPCs(); n != 0 {
+			t.Fatalf("stream %d: %d client requests still wait after the response", i, n)
+		}
+		waitForNoWaitingRPCs(t, srt, fmt.Sprintf("server, stream %d", i))
+	}
+	if err := srt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Every request the server's chain logged has exactly one logged response.
+	requests, responses := map[uint64]int{}, map[uint64]int{}
+	for k, r := range sink.on("log") {
+		// Per RPC the request comes first; a second record of the same RPC is its response.
+		if _, seen := requests[r.RPC]; !seen {
+			requests[r.RPC] = k
+		} else {
+			responses[r.RPC]++
+		}
+	}
+	if len(requests) != 3*streams {
+		t.Fatalf("the server logged %d requests, want %d", len(requests), 3*streams)
+	}
+	for rpc := range requests {
+		if responses[rpc] != 1 {
+			t.Fatalf("RPC %d has %d logged responses, want 1", rpc, responses[rpc])
+		}
+	}
+}
+
+// A caller that stops reading a stream and cancels its context (grpc-go's way to release a
+// stream early) leaves a request without its response: that request's response path runs with
+// CANCELLED, so the breaker admits the next stream's messages.
+func TestCancelledStreamAnswersItsWaitingRequests(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", `    client:
+      - logging
+      - circuitbreaker: {max_pending: 2}
+`)
+	var sink recordSink
+	crt := openWith(t, yaml, "frontend", weft.WithRecords(sink.add))
+	_, addr := serve(t, "echo-0")
+	c := dial(t, addr, crt.DialOptions()...)
+
+	sctx, cancel := context.WithCancel(ctx(t))
+	stream, err := c.SayStream(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := stream.Send(&echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	waitForNoWaitingRPCs(t, crt, "client")
+
+	// Had the cancelled stream's second request stayed counted, the breaker would reject
+	// this stream's second message.
+	stream, err = c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := stream.Send(&echopb.SayRequest{User: "alice", Body: fmt.Sprint(i)}); err != nil {
+			t.Fatalf("message %d of the second stream: %v", i, err)
+		}
+	}
+	for i := range 2 {
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("reply %d of the second stream: %v", i, err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("the second stream ended with %v, want io.EOF", err)
+	}
+	if err := crt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Logged: the first stream's two requests, its one response, the cancellation as the
+	// second request's response; then the second stream's two pairs.
+	logs := sink.on("log")
+	if len(logs) != 8 {
+		t.Fatalf("got %d log records, want 8: %+v", len(logs), logs)
+	}
+	cancelled := logs[3]
+	if cancelled.RPC != logs[1].RPC {
+		t.Fatalf("the fourth record (RPC %d) is not the second request's (RPC %d) response", cancelled.RPC, logs[1].RPC)
+	}
+	if got := decodeStatus(t, cancelled); got != "CANCELLED" {
+		t.Fatalf("the cancelled request's logged response has status %q, want CANCELLED (%s)", got, cancelled.Value)
+	}
+}
+
+// decodeStatus reads the status of a logged error response ({"status": …, "message": …}).
+func decodeStatus(t *testing.T, r weft.Record) string {
+	t.Helper()
+	var m struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(r.Value, &m); err != nil {
+		t.Fatalf("record value %s: %v", r.Value, err)
+	}
+	return m.Status
+}
