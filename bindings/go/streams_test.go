@@ -218,3 +218,75 @@ func decodeStatus(t *testing.T, r weft.Record) string {
 	}
 	return m.Status
 }
+
+// Many streams at once, each ending one of three ways (read to the end, cancelled with
+// replies unread, failed by the server), leave no request waiting on either side.
+func TestConcurrentStreamEndsLeaveNothingWaiting(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", `    client:
+      - circuitbreaker: {max_pending: 1000000}
+    server:
+      - metrics
+`)
+	srt := open(t, yaml, "echo")
+	crt := open(t, yaml, "frontend")
+	_, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	c := dial(t, addr, crt.DialOptions()...)
+	const workers, streams = 8, 25
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- func() error {
+				for i := range streams {
+					sctx, cancel := context.WithCancel(context.Background())
+					stream, err := c.SayStream(sctx)
+					if err != nil {
+						cancel()
+						return err
+					}
+					body := fmt.Sprint(w, "-", i)
+					if i%3 == 2 {
+						body = "fail" // the server's handler returns ABORTED
+					}
+					for range 3 {
+						if err := stream.Send(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
+							break // the server failed the stream; Recv reports why
+						}
+					}
+					switch i % 3 {
+					case 0: // read to the end
+						_ = stream.CloseSend()
+						for {
+							if _, err := stream.Recv(); err != nil {
+								if err != io.EOF {
+									cancel()
+									return fmt.Errorf("stream %s: %v", body, err)
+								}
+								break
+							}
+						}
+					case 1: // one reply read, the rest left, the stream cancelled
+						if _, err := stream.Recv(); err != nil {
+							cancel()
+							return fmt.Errorf("stream %s: %v", body, err)
+						}
+					case 2: // failed by the server
+						for {
+							if _, err := stream.Recv(); err != nil {
+								break
+							}
+						}
+					}
+					cancel()
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+	waitForNoWaitingRPCs(t, srt, "server")
+}
