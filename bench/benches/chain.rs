@@ -5,7 +5,9 @@
 //!   up) through [ratelimit, firewall, logging, metrics, fault];
 //! * `per_element/{1,11}` — a fused chain of 1 and 11 `count` elements (the difference / 10 is
 //!   the cost of one simple element);
-//! * `compile/ten` — compiling a fused 10-element chain (both directions).
+//! * `compile/ten` — compiling a fused 10-element chain (both directions);
+//! * `message_json/{direct,reflect}` — a request message written as JSON for a channel
+//!   record, straight from its wire bytes and through prost-reflect.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -76,5 +78,32 @@ fn compile_time(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, five, per_element, compile_time);
+fn message_json(c: &mut Criterion) {
+    let (_, method) = load_chain(FIVE).unwrap();
+    let req = request(&method).unwrap();
+    let mut g = c.benchmark_group("message_json");
+    let mut out = Vec::new();
+    g.bench_function("direct", |b| {
+        b.iter(|| {
+            out.clear();
+            weft_ir::wire_json::write(&method.request, black_box(&req.bytes), &mut out).unwrap();
+            black_box(out.len())
+        })
+    });
+    g.bench_function("reflect", |b| {
+        b.iter(|| {
+            out.clear();
+            weft_ir::wire::write_bytes_json_reflect(
+                &method.request,
+                black_box(&req.bytes),
+                &mut out,
+            )
+            .unwrap();
+            black_box(out.len())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, five, per_element, compile_time, message_json);
 criterion_main!(benches);

@@ -100,9 +100,9 @@ fn wire_type_name(wire: u8) -> &'static str {
 
 /// A run of wire bytes with its offset in the caller's message, for error messages.
 #[derive(Clone, Copy, Debug)]
-struct Seg<'a> {
-    base: usize,
-    bytes: &'a [u8],
+pub(crate) struct Seg<'a> {
+    pub(crate) base: usize,
+    pub(crate) bytes: &'a [u8],
 }
 
 impl<'a> Seg<'a> {
@@ -117,20 +117,20 @@ impl<'a> Seg<'a> {
 
 /// One field record.
 #[derive(Clone, Copy, Debug)]
-struct Rec<'a> {
-    number: u32,
-    wire: u8,
+pub(crate) struct Rec<'a> {
+    pub(crate) number: u32,
+    pub(crate) wire: u8,
     /// Offset of the record's key in the caller's message.
     offset: usize,
     /// The whole record, key included.
     raw: &'a [u8],
     /// The varint, the fixed-width bytes, or the payload after the length prefix.
-    value: Seg<'a>,
+    pub(crate) value: Seg<'a>,
 }
 
 /// Decodes the varint at `bytes[pos..]`; returns it and the position after it.
 #[inline]
-fn varint(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
+pub(crate) fn varint(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), WireError> {
     // Keys and short lengths are one byte: the common case gets no loop.
     if let Some(&b) = bytes.get(pos)
         && b < 0x80
@@ -162,13 +162,13 @@ fn varint_long(bytes: &[u8], pos: usize, base: usize) -> Result<(u64, usize), Wi
 }
 
 /// Iterates over the records of one segment; stops after the first error.
-struct Records<'a> {
+pub(crate) struct Records<'a> {
     seg: Seg<'a>,
     pos: usize,
     failed: bool,
 }
 
-fn records(seg: Seg<'_>) -> Records<'_> {
+pub(crate) fn records(seg: Seg<'_>) -> Records<'_> {
     Records {
         seg,
         pos: 0,
@@ -1053,7 +1053,25 @@ pub fn bytes_to_json(
 
 /// [`bytes_to_json`] written as JSON text onto `out`, without building the value first (a
 /// channel record's message, rendered for a collector). On error `out` is left as it was.
+///
+/// Written straight from the wire bytes ([`crate::wire_json`]) when it can be, else through
+/// prost-reflect ([`write_bytes_json_reflect`]); the two give the same JSON.
 pub fn write_bytes_json(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let start = out.len();
+    if crate::wire_json::write(desc, bytes, out).is_ok() {
+        return Ok(());
+    }
+    out.truncate(start);
+    write_bytes_json_reflect(desc, bytes, out)
+}
+
+/// [`write_bytes_json`] by decoding into a prost-reflect `DynamicMessage` and serializing it:
+/// the reference the direct writer is tested against, and its fallback.
+pub fn write_bytes_json_reflect(
     desc: &MessageDescriptor,
     bytes: &[u8],
     out: &mut Vec<u8>,
