@@ -198,7 +198,7 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		// A caller may stop reading before the stream's end and cancel its context instead,
 		// grpc-go's other way to release a stream: the requests still waiting then get the
 		// context's status.
-		w.stopWatch = context.AfterFunc(ctx, func() { w.endWaiting(ctx.Err()) })
+		w.stopWatch = context.AfterFunc(ctx, func() { w.endWaiting(ctx.Err(), nil) })
 		return w, nil
 	}
 }
@@ -233,17 +233,17 @@ type clientStream struct {
 }
 
 // endWaiting gives every request still waiting the stream's end as its response: err's
-// status, OK for a clean end (docs/go.md, "Streams").
-func (c *clientStream) endWaiting(err error) {
+// status (OK for a clean end) and the stream's trailers when known (docs/go.md, "Streams").
+func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
 	for _, rpc := range c.pending.drain() {
-		c.r.endRPC(sideClient, c.m, rpc, err, nil)
+		c.r.endRPC(sideClient, c.m, rpc, err, trailer)
 	}
 }
 
 // finish ends the stream for the chain once grpc-go has ended it (or the chain failed it),
-// and releases its context.
-func (c *clientStream) finish(err error) {
-	c.endWaiting(err)
+// and releases its context. trailer is the stream's, when grpc-go has read them.
+func (c *clientStream) finish(err error, trailer metadata.MD) {
+	c.endWaiting(err, trailer)
 	c.stopWatch()
 	c.cancel()
 }
@@ -264,7 +264,7 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 		}
 		c.cs, c.openErr = c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
 		if c.openErr != nil {
-			c.finish(c.openErr)
+			c.finish(c.openErr, nil)
 		}
 	}
 	return c.cs, c.openErr
@@ -358,7 +358,7 @@ func (c *clientStream) SendMsg(v any) error {
 		// The stream may have ended (its context is then done) before this request
 		// joined the queue; the end's drain did not see it.
 		if err := c.ctx.Err(); err != nil {
-			c.endWaiting(err)
+			c.endWaiting(err, nil)
 		}
 	}
 	return c.send(buf, msg, changed, md, dst)
@@ -395,7 +395,7 @@ func (c *clientStream) fail(err error) error {
 		c.failed = err
 	}
 	c.mu.Unlock()
-	c.finish(err)
+	c.finish(err, nil)
 	return err
 }
 
@@ -435,14 +435,15 @@ func (c *clientStream) RecvMsg(v any) error {
 			err = c.failed
 		}
 		c.mu.Unlock()
-		c.finish(err)
+		// grpc-go has ended the stream: its trailers are read.
+		c.finish(err, cs.Trailer())
 		return err
 	}
 	err = c.response(cs, s, msg)
 	if !c.desc.ServerStreams {
 		// grpc-go ends a stream without server streaming at its one response (it has read
 		// the status behind it): the requests still waiting get what the caller gets.
-		c.finish(err)
+		c.finish(err, cs.Trailer())
 	}
 	return err
 }
@@ -469,12 +470,16 @@ func (c *clientStream) response(cs grpc.ClientStream, s *callState, msg proto.Me
 		}
 		return nil
 	}
-	// The stream's headers have arrived with its first message; its trailers come only at
-	// its end, after every response.
+	// The stream's headers have arrived with its first message. Its trailers come at its
+	// end: after this one response when the server does not stream, as for a unary call;
+	// after every response otherwise, too late for them.
+	var rm responseMeta
 	if h, err := cs.Header(); err == nil {
-		s.encodeMD(h)
-	} else {
-		s.md.len = 0
+		rm.header = h
 	}
+	if !c.desc.ServerStreams {
+		rm.trailer = cs.Trailer()
+	}
+	rm.encode(s)
 	return c.r.clientResponse(s, c.m, rpc, c.name, msg, nil)
 }

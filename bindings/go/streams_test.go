@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
@@ -31,8 +34,8 @@ func waitForNoWaitingRPCs(t *testing.T, rt *weft.Runtime, who string) {
 }
 
 // serveCollector serves echo.Echo/SayStream as a client-streaming method: it reads every
-// message, then answers once with their count.
-func serveCollector(t *testing.T, opts ...grpc.ServerOption) string {
+// message, then answers once with their count, and sets trailer (when not nil).
+func serveCollector(t *testing.T, trailer metadata.MD, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,6 +54,9 @@ func serveCollector(t *testing.T, opts ...grpc.ServerOption) string {
 					var req echopb.SayRequest
 					err := stream.RecvMsg(&req)
 					if err == io.EOF {
+						if trailer != nil {
+							stream.SetTrailer(trailer)
+						}
 						return stream.SendMsg(&echopb.SayReply{Body: fmt.Sprint(n)})
 					}
 					if err != nil {
@@ -82,7 +88,7 @@ func TestClientStreamingEndAnswersEveryRequest(t *testing.T) {
 	var sink recordSink
 	srt := openWith(t, yaml, "echo", weft.WithRecords(sink.add))
 	crt := open(t, yaml, "frontend")
-	addr := serveCollector(t, srt.ServerOptions()...)
+	addr := serveCollector(t, nil, srt.ServerOptions()...)
 	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +141,42 @@ func TestClientStreamingEndAnswersEveryRequest(t *testing.T) {
 		if responses[rpc] != 1 {
 			t.Fatalf("RPC %d has %d logged responses, want 1", rpc, responses[rpc])
 		}
+	}
+}
+
+// The one response of a client-streaming call comes with the stream's trailers, as a unary
+// call's does: the client chain reads them (loadcheck rejects a response without x-load).
+func TestClientStreamingResponseSeesTrailers(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "loadcheck.weft"), []byte(loadCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n" +
+		"    client:\n      - loadcheck\n"
+	crt := open(t, cfg, "frontend")
+	addr := serveCollector(t, metadata.Pairs("x-load", "7"))
+	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	if err := cs.RecvMsg(&reply); err != nil {
+		t.Fatalf("the client chain must see the stream's trailer: %v", err)
+	}
+	if reply.GetBody() != "1" {
+		t.Fatalf("reply %q, want 1", reply.GetBody())
 	}
 }
 
