@@ -325,7 +325,7 @@ pub enum ProtoKind {
 }
 
 impl ProtoKind {
-    fn of(kind: &Kind) -> ProtoKind {
+    pub(crate) fn of(kind: &Kind) -> ProtoKind {
         match kind {
             Kind::Double => ProtoKind::Double,
             Kind::Float => ProtoKind::Float,

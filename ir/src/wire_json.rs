@@ -26,6 +26,7 @@ use base64::display::Base64Display;
 use base64::engine::general_purpose::STANDARD;
 use prost_reflect::{Kind, MessageDescriptor, Syntax};
 
+use crate::schema::ProtoKind;
 use crate::wire::{I32, I64, LEN, Seg, VARINT, varint};
 
 /// Not rendered here; the caller falls back to prost-reflect.
@@ -100,21 +101,8 @@ enum Shape {
 
 #[derive(Clone, Copy)]
 enum ValuePlan {
-    Double,
-    Float,
-    Int32,
-    Int64,
-    Uint32,
-    Uint64,
-    Sint32,
-    Sint64,
-    Fixed32,
-    Fixed64,
-    Sfixed32,
-    Sfixed64,
-    Bool,
-    String,
-    Bytes,
+    /// Not `Enum` nor `Message`: those carry their plans.
+    Scalar(ProtoKind),
     Enum(usize),
     Message(usize),
     /// `google.protobuf.NullValue`, which JSON writes as null: left to prost-reflect.
@@ -129,18 +117,18 @@ struct EnumPlan {
 impl ValuePlan {
     fn wire_type(self) -> u8 {
         match self {
-            ValuePlan::Double | ValuePlan::Fixed64 | ValuePlan::Sfixed64 => I64,
-            ValuePlan::Float | ValuePlan::Fixed32 | ValuePlan::Sfixed32 => I32,
-            ValuePlan::String | ValuePlan::Bytes | ValuePlan::Message(_) => LEN,
-            _ => VARINT,
+            ValuePlan::Scalar(kind) => kind.wire_type(),
+            ValuePlan::Enum(_) | ValuePlan::Refused => VARINT,
+            ValuePlan::Message(_) => LEN,
         }
     }
 
     fn packable(self) -> bool {
-        !matches!(
-            self,
-            ValuePlan::String | ValuePlan::Bytes | ValuePlan::Message(_) | ValuePlan::Refused
-        )
+        match self {
+            ValuePlan::Scalar(kind) => kind.is_packable(),
+            ValuePlan::Enum(_) => true,
+            ValuePlan::Message(_) | ValuePlan::Refused => false,
+        }
     }
 }
 
@@ -209,21 +197,6 @@ impl Builder {
 
     fn value(&mut self, kind: &Kind) -> ValuePlan {
         match kind {
-            Kind::Double => ValuePlan::Double,
-            Kind::Float => ValuePlan::Float,
-            Kind::Int32 => ValuePlan::Int32,
-            Kind::Int64 => ValuePlan::Int64,
-            Kind::Uint32 => ValuePlan::Uint32,
-            Kind::Uint64 => ValuePlan::Uint64,
-            Kind::Sint32 => ValuePlan::Sint32,
-            Kind::Sint64 => ValuePlan::Sint64,
-            Kind::Fixed32 => ValuePlan::Fixed32,
-            Kind::Fixed64 => ValuePlan::Fixed64,
-            Kind::Sfixed32 => ValuePlan::Sfixed32,
-            Kind::Sfixed64 => ValuePlan::Sfixed64,
-            Kind::Bool => ValuePlan::Bool,
-            Kind::String => ValuePlan::String,
-            Kind::Bytes => ValuePlan::Bytes,
             Kind::Message(m) => ValuePlan::Message(self.message(m)),
             Kind::Enum(e) if e.full_name() == "google.protobuf.NullValue" => ValuePlan::Refused,
             Kind::Enum(e) => {
@@ -246,6 +219,7 @@ impl Builder {
                 self.enums.insert(e.full_name().to_owned(), i);
                 ValuePlan::Enum(i)
             }
+            scalar => ValuePlan::Scalar(ProtoKind::of(scalar)),
         }
     }
 }
@@ -452,46 +426,49 @@ impl Plan {
         let fixed8 = || <[u8; 8]>::try_from(v.bytes).map_err(|_| Refused);
         // Narrowing `as` casts are protobuf's own rules for varints (prost's, protobuf-go's).
         let default = match value {
-            ValuePlan::Int32 => number(out, var()? as i32),
-            ValuePlan::Int64 => number(out, var()? as i64),
-            ValuePlan::Uint32 => number(out, var()? as u32),
-            ValuePlan::Uint64 => number(out, var()?),
-            ValuePlan::Sint32 => {
-                let n = var()? as u32;
-                number(out, ((n >> 1) as i32) ^ -((n & 1) as i32))
-            }
-            ValuePlan::Sint64 => {
-                let n = var()?;
-                number(out, ((n >> 1) as i64) ^ -((n & 1) as i64))
-            }
-            ValuePlan::Fixed32 => number(out, u32::from_le_bytes(fixed4()?)),
-            ValuePlan::Sfixed32 => number(out, i32::from_le_bytes(fixed4()?)),
-            ValuePlan::Fixed64 => number(out, u64::from_le_bytes(fixed8()?)),
-            ValuePlan::Sfixed64 => number(out, i64::from_le_bytes(fixed8()?)),
-            ValuePlan::Bool => {
-                let b = var()? != 0;
-                out.extend_from_slice(if b { b"true" } else { b"false" });
-                !b
-            }
-            ValuePlan::Float => {
-                let f = f32::from_le_bytes(fixed4()?);
-                float(out, f, f.is_finite());
-                f == 0.0
-            }
-            ValuePlan::Double => {
-                let f = f64::from_le_bytes(fixed8()?);
-                float(out, f, f.is_finite());
-                f == 0.0
-            }
-            ValuePlan::String => {
-                let s = std::str::from_utf8(v.bytes).map_err(|_| Refused)?;
-                write_str(out, s);
-                s.is_empty()
-            }
-            ValuePlan::Bytes => {
-                write_display(out, &Base64Display::new(v.bytes, &STANDARD));
-                v.bytes.is_empty()
-            }
+            ValuePlan::Scalar(kind) => match kind {
+                ProtoKind::Int32 => number(out, var()? as i32),
+                ProtoKind::Int64 => number(out, var()? as i64),
+                ProtoKind::Uint32 => number(out, var()? as u32),
+                ProtoKind::Uint64 => number(out, var()?),
+                ProtoKind::Sint32 => {
+                    let n = var()? as u32;
+                    number(out, ((n >> 1) as i32) ^ -((n & 1) as i32))
+                }
+                ProtoKind::Sint64 => {
+                    let n = var()?;
+                    number(out, ((n >> 1) as i64) ^ -((n & 1) as i64))
+                }
+                ProtoKind::Fixed32 => number(out, u32::from_le_bytes(fixed4()?)),
+                ProtoKind::Sfixed32 => number(out, i32::from_le_bytes(fixed4()?)),
+                ProtoKind::Fixed64 => number(out, u64::from_le_bytes(fixed8()?)),
+                ProtoKind::Sfixed64 => number(out, i64::from_le_bytes(fixed8()?)),
+                ProtoKind::Bool => {
+                    let b = var()? != 0;
+                    out.extend_from_slice(if b { b"true" } else { b"false" });
+                    !b
+                }
+                ProtoKind::Float => {
+                    let f = f32::from_le_bytes(fixed4()?);
+                    float(out, f, f.is_finite());
+                    f == 0.0
+                }
+                ProtoKind::Double => {
+                    let f = f64::from_le_bytes(fixed8()?);
+                    float(out, f, f.is_finite());
+                    f == 0.0
+                }
+                ProtoKind::String => {
+                    let s = std::str::from_utf8(v.bytes).map_err(|_| Refused)?;
+                    write_str(out, s);
+                    s.is_empty()
+                }
+                ProtoKind::Bytes => {
+                    write_display(out, &Base64Display::new(v.bytes, &STANDARD));
+                    v.bytes.is_empty()
+                }
+                ProtoKind::Enum | ProtoKind::Message => return Err(Refused),
+            },
             ValuePlan::Enum(e) => {
                 let n = var()? as i32;
                 let names = &self.enums[e].names;
@@ -593,17 +570,22 @@ impl Plan {
     /// become strings; a string key is one already.
     fn key_text(&self, plan: ValuePlan, v: Seg<'_>) -> Result<Vec<u8>> {
         let mut text = Vec::new();
-        if !matches!(plan, ValuePlan::String) {
+        let quoted = match plan {
+            ValuePlan::Scalar(ProtoKind::String) => false,
+            ValuePlan::Scalar(
+                ProtoKind::Float | ProtoKind::Double | ProtoKind::Bytes | ProtoKind::Enum,
+            )
+            | ValuePlan::Enum(_)
+            | ValuePlan::Message(_)
+            | ValuePlan::Refused => return Err(Refused),
+            ValuePlan::Scalar(_) => true,
+        };
+        if quoted {
             text.push(b'"');
         }
         self.scalar(plan, v, &mut text)?;
-        match plan {
-            ValuePlan::String => {}
-            ValuePlan::Float | ValuePlan::Double | ValuePlan::Bytes => return Err(Refused),
-            ValuePlan::Enum(_) | ValuePlan::Message(_) | ValuePlan::Refused => {
-                return Err(Refused);
-            }
-            _ => text.push(b'"'),
+        if quoted {
+            text.push(b'"');
         }
         Ok(text)
     }
