@@ -2,8 +2,12 @@
 //! them, for instruction counts (`valgrind --tool=callgrind`) and profiles of the runtime's
 //! own path around the compiled chain (docs/benchmarks.md, "Go").
 //!
-//! `ffi_iters client|server N [cold|evict-only]`: the client side runs logging, ratelimit,
-//! firewall and fault; the server side runs metrics, as in `BenchmarkEcho`.
+//! `ffi_iters client|server|both N [cold|evict-only]`: the client side runs logging,
+//! ratelimit, firewall and fault; the server side runs metrics, as in `BenchmarkEcho`.
+//! `both` runs a client and a server runtime in one process and one thread, each RPC's
+//! client call then its server calls, as the echo benchmark's process does (and any service
+//! that calls others while it serves): its count against the sum of `client` and `server`
+//! shows what the two runtimes cost each other.
 
 // An example binary: a failed unwrap is a failed run, with its message.
 #![allow(clippy::unwrap_used)]
@@ -39,12 +43,129 @@ fn entry(out: &mut Vec<u8>, k: &str, v: &str) {
     }
 }
 
+/// One side's runtime and the call it makes, set up as the Go binding sets them up.
+struct Side {
+    rt: *mut weft_runtime::ffi::WeftRuntime,
+    side: i32,
+    md: Vec<u8>,
+    request: &'static [u8],
+    reply: &'static [u8],
+    call: WeftCall,
+    // The buffers `call` points into.
+    _bufs: (Vec<u8>, Vec<u8>, Vec<u8>),
+}
+
+const METHOD: &[u8] = b"/echo.Echo/Say";
+const FULL_REQUEST: &[u8] = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench";
+const FULL_REPLY: &[u8] = b"\n\x0bhello, echo\x12\x06echo-0";
+
+impl Side {
+    fn open(server: bool) -> Side {
+        let yaml = CString::new(EDGE).unwrap();
+        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
+        let base = CString::new(base).unwrap();
+        let service = if server { c"echo" } else { c"frontend" };
+        let side = if server {
+            WEFT_SIDE_SERVER
+        } else {
+            WEFT_SIDE_CLIENT
+        };
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), service.as_ptr(), 0) };
+        assert!(!rt.is_null());
+        // What a grpc-go server passes: the keys the chain observes, the stamp among them.
+        let mut md = Vec::new();
+        if server {
+            entry(&mut md, "weft-version", "stamped-by-an-older-client");
+        }
+        // As the Go server does: pass only the observed keys, and no message the chain
+        // cannot observe.
+        let (mut keys_version, mut messages) = (0u64, 0u32);
+        if server {
+            let mut keys = vec![0u8; 256];
+            let mut out = WeftBuf::over(&mut keys);
+            // SAFETY: a live runtime, a readable method name and valid out-pointers.
+            let rc = unsafe {
+                weft_metadata_keys(
+                    rt,
+                    side,
+                    METHOD.as_ptr(),
+                    METHOD.len(),
+                    &mut out,
+                    &mut keys_version,
+                    &mut messages,
+                )
+            };
+            assert_eq!(rc, WEFT_OK);
+        }
+        let observed = |bit: u32| !server || keys_version == 0 || messages & bit != 0;
+        let request: &'static [u8] = if observed(WEFT_OBSERVES_REQUEST_MESSAGE) {
+            FULL_REQUEST
+        } else {
+            &[]
+        };
+        let reply: &'static [u8] = if observed(WEFT_OBSERVES_RESPONSE_MESSAGE) {
+            FULL_REPLY
+        } else {
+            &[]
+        };
+        let (mut m, mut meta, mut route) = (vec![0u8; 1024], vec![0u8; 512], vec![0u8; 64]);
+        let call = WeftCall {
+            method: METHOD.as_ptr(),
+            method_len: METHOD.len(),
+            out_message: WeftBuf::over(&mut m),
+            out_metadata: WeftBuf::over(&mut meta),
+            route: WeftBuf::over(&mut route),
+            metadata_keys_version: keys_version,
+            ..WeftCall::default()
+        };
+        Side {
+            rt,
+            side,
+            md,
+            request,
+            reply,
+            call,
+            _bufs: (m, meta, route),
+        }
+    }
+
+    /// One RPC on this side: the request, and the response when the chain waits for it.
+    /// True when the response call was made.
+    fn rpc(&mut self) -> bool {
+        let call = &mut self.call;
+        call.metadata = self.md.as_ptr();
+        call.metadata_len = self.md.len();
+        call.message = self.request.as_ptr();
+        call.message_len = self.request.len();
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+        assert_eq!(unsafe { weft_request(self.rt, self.side, call) }, WEFT_OK);
+        if call.rpc == 0 {
+            return false;
+        }
+        call.metadata_len = 0;
+        call.message = self.reply.as_ptr();
+        call.message_len = self.reply.len();
+        // SAFETY: as above; `rpc` is the handle the request returned.
+        assert_eq!(unsafe { weft_response(self.rt, self.side, call) }, WEFT_OK);
+        true
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(self.rt) };
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let server = match args.next().as_deref() {
-        Some("server") => true,
-        Some("client") => false,
-        _ => panic!("usage: ffi_iters client|server N"),
+    let sides: Vec<bool> = match args.next().as_deref() {
+        Some("server") => vec![true],
+        Some("client") => vec![false],
+        Some("both") => vec![false, true],
+        _ => panic!("usage: ffi_iters client|server|both N [cold|evict-only]"),
     };
     let n: u64 = args.next().map_or(1_000_000, |s| s.parse().unwrap());
     // `cold`: before each RPC, write one byte per cache line of a buffer larger than a
@@ -59,67 +180,7 @@ fn main() {
         other => panic!("unknown mode {other:?}: cold or evict-only"),
     };
     let mut evict = vec![0u8; if cold { 3 << 20 } else { 0 }];
-    let yaml = CString::new(EDGE).unwrap();
-    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
-    let base = CString::new(base).unwrap();
-    let service = if server { c"echo" } else { c"frontend" };
-    let side = if server {
-        WEFT_SIDE_SERVER
-    } else {
-        WEFT_SIDE_CLIENT
-    };
-    // SAFETY: NUL-terminated strings that outlive the call.
-    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), service.as_ptr(), 0) };
-    assert!(!rt.is_null());
-    // What a grpc-go server passes: the keys the chain observes, the stamp among them.
-    let mut md = Vec::new();
-    if server {
-        entry(&mut md, "weft-version", "stamped-by-an-older-client");
-    }
-    let method = b"/echo.Echo/Say";
-    // As the Go server does: pass only the observed keys, and no message the chain cannot
-    // observe.
-    let (mut keys_version, mut messages) = (0u64, 0u32);
-    if server {
-        let mut keys = vec![0u8; 256];
-        let mut out = WeftBuf::over(&mut keys);
-        // SAFETY: a live runtime, a readable method name and valid out-pointers.
-        let rc = unsafe {
-            weft_metadata_keys(
-                rt,
-                side,
-                method.as_ptr(),
-                method.len(),
-                &mut out,
-                &mut keys_version,
-                &mut messages,
-            )
-        };
-        assert_eq!(rc, WEFT_OK);
-    }
-    let observed = |bit: u32| !server || keys_version == 0 || messages & bit != 0;
-    let full_request = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench";
-    let full_reply = b"\n\x0bhello, echo\x12\x06echo-0";
-    let request: &[u8] = if observed(WEFT_OBSERVES_REQUEST_MESSAGE) {
-        full_request
-    } else {
-        &[]
-    };
-    let reply: &[u8] = if observed(WEFT_OBSERVES_RESPONSE_MESSAGE) {
-        full_reply
-    } else {
-        &[]
-    };
-    let (mut m, mut meta, mut route) = (vec![0u8; 1024], vec![0u8; 512], vec![0u8; 64]);
-    let mut call = WeftCall {
-        method: method.as_ptr(),
-        method_len: method.len(),
-        out_message: WeftBuf::over(&mut m),
-        out_metadata: WeftBuf::over(&mut meta),
-        route: WeftBuf::over(&mut route),
-        metadata_keys_version: keys_version,
-        ..WeftCall::default()
-    };
+    let mut sides: Vec<Side> = sides.into_iter().map(Side::open).collect();
     let mut responses = 0u64;
     for _ in 0..n {
         for line in evict.iter_mut().step_by(64) {
@@ -129,22 +190,10 @@ fn main() {
         if !run_calls {
             continue;
         }
-        call.metadata = md.as_ptr();
-        call.metadata_len = md.len();
-        call.message = request.as_ptr();
-        call.message_len = request.len();
-        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-        assert_eq!(unsafe { weft_request(rt, side, &mut call) }, WEFT_OK);
-        if call.rpc != 0 {
-            responses += 1;
-            call.metadata_len = 0;
-            call.message = reply.as_ptr();
-            call.message_len = reply.len();
-            // SAFETY: as above; `rpc` is the handle the request returned.
-            assert_eq!(unsafe { weft_response(rt, side, &mut call) }, WEFT_OK);
+        for side in &mut sides {
+            responses += u64::from(side.rpc());
         }
     }
-    // SAFETY: the runtime is live and no call is in flight.
-    unsafe { weft_close(rt) };
+    drop(sides);
     println!("{n} requests, {responses} responses");
 }

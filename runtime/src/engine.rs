@@ -38,16 +38,22 @@ thread_local! {
     // Compiled code's scratch arenas, reused by every call on this thread: a call allocates
     // only what its values need, and threads never share (or wait for) them.
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
-    // The `RpcInfo` compiled code reads, kept per thread with the key of the template it was
-    // made from: a call sets the id and the route instead of cloning the template's three
-    // strings (and freeing them again).
-    static INFO: RefCell<Option<(u64, RpcInfo)>> = const { RefCell::new(None) };
+    // The `RpcInfo`s compiled code reads, kept per thread with the key of the template each
+    // was made from: a call sets the id and the route instead of cloning the template's three
+    // strings (and freeing them again). Several, because one thread serves calls of several
+    // templates in turn: a service's server side and its client side, both sides of a
+    // benchmark, several runtimes. With one kept, alternating calls cloned every time
+    // (`ffi_iters both`: ~700 instructions per pair of RPCs).
+    static INFO: RefCell<Vec<(u64, RpcInfo)>> = const { RefCell::new(Vec::new()) };
     // The allocation behind each call's list of instances, kept empty between calls.
     static INSTANCE_LIST: Cell<Vec<&'static mut Instance>> = const { Cell::new(Vec::new()) };
     // A message the caller handed back ([`recycle`]): the next call's input is made in its
     // `Arc` and byte buffer, two allocations and two frees fewer per call direction.
     static SPARE_MESSAGE: Cell<Option<Arc<Message>>> = const { Cell::new(None) };
 }
+
+/// How many `RpcInfo`s a thread keeps (see `INFO`); a lookup is a linear scan of their keys.
+const INFOS_KEPT: usize = 8;
 
 /// Byte buffers larger than this are not kept for reuse: one large message must not pin its
 /// memory to a thread.
@@ -166,11 +172,18 @@ fn with_info<R>(
     routed: Option<&str>,
     f: impl FnOnce(&RpcInfo) -> R,
 ) -> R {
-    INFO.with_borrow_mut(|slot| {
-        let info = match slot {
-            Some((key, i)) if *key == template.key => i,
-            _ => &mut slot.insert((template.key, template.info.clone())).1,
+    INFO.with_borrow_mut(|kept| {
+        let at = match kept.iter().position(|(key, _)| *key == template.key) {
+            Some(at) => at,
+            None => {
+                if kept.len() >= INFOS_KEPT {
+                    kept.remove(0);
+                }
+                kept.push((template.key, template.info.clone()));
+                kept.len() - 1
+            }
         };
+        let info = &mut kept[at].1;
         info.id = id;
         if info.routed.as_deref() != routed {
             info.routed = routed.map(str::to_owned);
