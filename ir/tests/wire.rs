@@ -1196,3 +1196,44 @@ fn json_uses_proto_names_and_plain_64_bit_numbers() {
     assert!(e.to_string().contains("f_nope"), "{e}");
     assert!(wire::bytes_to_json(&scalars, &[0x72, 0x09]).is_err());
 }
+
+/// `Inner` nested `depth` times through its `child` field (field 3), innermost `x = 1`.
+fn nested_inner(depth: usize) -> Vec<u8> {
+    let mut bytes = vec![0x08, 0x01];
+    for _ in 0..depth {
+        let mut outer = vec![0x1a];
+        let mut len = bytes.len();
+        while len >= 0x80 {
+            outer.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        outer.push(len as u8);
+        outer.extend(bytes);
+        bytes = outer;
+    }
+    bytes
+}
+
+#[test]
+fn deep_nesting_is_left_to_prost_reflect_and_its_limit() {
+    let inner = msg("weft.test.Inner");
+    // Shallow: written directly, the same JSON as prost-reflect's.
+    let shallow = nested_inner(10);
+    let mut direct = Vec::new();
+    weft_ir::wire_json::write(&inner, &shallow, &mut direct).expect("direct");
+    let mut reference = Vec::new();
+    wire::write_bytes_json_reflect(&inner, &shallow, &mut reference).expect("reflect");
+    assert_eq!(direct, reference);
+    // Past the direct writer's depth but within prost's limit of 100: refused directly,
+    // written through prost-reflect, with the innermost field in place.
+    let deep = nested_inner(80);
+    assert!(weft_ir::wire_json::write(&inner, &deep, &mut Vec::new()).is_err());
+    let json = wire::bytes_to_json(&inner, &deep).expect("within prost's recursion limit");
+    let mut at = &json;
+    for _ in 0..80 {
+        at = &at["child"];
+    }
+    assert_eq!(at["x"], 1);
+    // Past prost's limit: an error, not a stack overflow.
+    assert!(wire::bytes_to_json(&inner, &nested_inner(150)).is_err());
+}
