@@ -68,4 +68,7 @@ func main() {
 		}
 		fmt.Printf("[client] rpc %d %-7s %-12q -> %s (%v)\n", i+1, r.user, r.body, what, took.Round(time.Microsecond))
 	}
+	// Every request's response path has run: none is left waiting (a count that grows
+	// would point at calls whose end never reached Weft).
+	fmt.Printf("[client] requests waiting for a response: %d\n", rt.WaitingRPCs())
 }
