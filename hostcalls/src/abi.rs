@@ -355,6 +355,7 @@ impl ScalarKind {
     }
 
     /// The value of an integer-register scalar (bool, int, uint).
+    #[inline]
     pub fn int_value(self, v: i64) -> Option<Value> {
         Some(match self {
             ScalarKind::Bool => Value::Bool(v != 0),
@@ -365,6 +366,7 @@ impl ScalarKind {
     }
 
     /// The value of a float-register scalar (float, Instant).
+    #[inline]
     pub fn float_value(self, v: f64) -> Option<Value> {
         Some(match self {
             ScalarKind::Float => Value::Float(v),

@@ -140,6 +140,16 @@ impl Instance {
         self.scratch.set(rpc_id, key, value);
     }
 
+    /// The slot `set_metadata(key, ..)` writes during this RPC (`None` when the RPC has no
+    /// scratch, and then the write is ignored, as [`Instance::scratch_set`] does). A compiled
+    /// executor writes a scalar into it in place: passed to `scratch_set` as a `Value`, its
+    /// narrow stores were reread with wide loads, which stall.
+    #[inline]
+    pub fn scratch_slot(&mut self, rpc_id: u64, key: MetaId) -> Option<&mut Option<Value>> {
+        let i = self.scratch.find(rpc_id)?;
+        self.scratch.entries[i].1.get_mut(key)
+    }
+
     /// Moves the scratch of the RPCs in flight through `from` here: `from`'s state is taken
     /// over by this instance of the same element, and those RPCs finish here.
     pub fn take_scratch_from(&mut self, from: &mut Instance) {

@@ -277,6 +277,7 @@ impl Compiled {
             instances,
             rpc,
             handler,
+            records: host.channels.enabled(),
             host,
             error: None,
             reject: String::new(),
@@ -481,36 +482,38 @@ impl Compiled {
         respond: impl FnOnce() -> Arc<Message>,
     ) -> (SharedRequest, Option<Arc<Message>>) {
         let n = part.range.len();
-        let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
-        let out = self.call_request(part, &mut frame, rpc);
-        let answer = out.answer(n, respond);
-        // A request that changed the routing needs another `RpcInfo` for the response, which
-        // this frame cannot point at: that (rare) response gets a frame of its own below.
-        let rerouted = out.routed != rpc.routed;
-        let back = match &answer {
-            (start, resp) if *start > 0 && !rerouted => {
-                let (start, resp) = (*start, Arc::clone(resp));
-                // The same frame, reset as `frame` would build it for the response.
-                first_value(frame.arena, resp);
-                frame.ctx = RpcCtx {
-                    blocks: frame.ctx.blocks,
-                    start: (start - 1).min(n - 1) as u32,
-                    ..RpcCtx::default()
-                };
-                frame.handler = Handler::Resp;
-                frame.error = None;
-                frame.extracted.msg = UNIT;
-                (part.resp)(&mut frame);
-                Some(response_outcome(frame.arena, &frame.ctx))
-            }
-            _ => None,
+        // The frame lives in this block and is dropped where it is: `drop(frame)` moved all
+        // of it first (a 240-byte copy per call).
+        let (out, back, rerouted_answer) = {
+            let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
+            let out = self.call_request(part, &mut frame, rpc);
+            let (start, resp) = out.answer(n, respond);
+            // A request that changed the routing needs another `RpcInfo` for the response,
+            // which this frame cannot point at: that (rare) response gets a frame of its own
+            // below. The answer is moved, never cloned: each reference count change is a
+            // locked instruction, which waits for the CPU's store buffer to drain.
+            let (back, rerouted_answer) = match start {
+                0 => (None, None),
+                _ if out.routed != rpc.routed => (None, Some((start, resp))),
+                _ => {
+                    // The same frame, reset as `frame` would build it for the response.
+                    first_value(frame.arena, resp);
+                    frame.ctx = RpcCtx {
+                        blocks: frame.ctx.blocks,
+                        start: (start - 1).min(n - 1) as u32,
+                        ..RpcCtx::default()
+                    };
+                    frame.handler = Handler::Resp;
+                    frame.error = None;
+                    frame.extracted.msg = UNIT;
+                    (part.resp)(&mut frame);
+                    (Some(response_outcome(frame.arena, &frame.ctx)), None)
+                }
+            };
+            spent(frame.arena);
+            (out, back, rerouted_answer)
         };
-        spent(frame.arena);
-        drop(frame);
-        if let (start, resp) = answer
-            && start > 0
-            && rerouted
-        {
+        if let Some((start, resp)) = rerouted_answer {
             let rpc = routed(rpc, &out);
             let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host);
             return (out, Some(back));

@@ -116,6 +116,9 @@ pub struct Frame<'a, 'i, 'h> {
     pub rpc: &'a RpcInfo,
     pub handler: Handler,
     pub host: &'a mut Host<'h>,
+    /// Whether the channel sink keeps records (its `enabled`), asked once per call rather
+    /// than through a virtual call per emit.
+    pub records: bool,
     /// The run-time error that set `ctx.err`.
     pub error: Option<RuntimeError>,
     /// The message text of a request-side rejection.
@@ -995,7 +998,7 @@ extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
 
 extern "C" fn hc_channel_emit(f: F, elem: i64, chan: u64, value: u64) {
     guard(f, (), |f| {
-        if !f.host.channels.enabled() {
+        if !f.records {
             return Ok(());
         }
         match f.get(value)? {
@@ -1022,20 +1025,29 @@ fn scalar_kind(kind: i64) -> Result<ScalarKind, RuntimeError> {
 }
 
 fn int_scalar(kind: i64, v: i64) -> Result<Value, RuntimeError> {
-    scalar_kind(kind)?
-        .int_value(v)
-        .ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind} in an integer register")))
+    let kind = scalar_kind(kind)?;
+    kind.int_value(v).ok_or_else(|| int_register_mismatch(kind))
 }
 
 fn float_scalar(kind: i64, v: f64) -> Result<Value, RuntimeError> {
-    scalar_kind(kind)?
-        .float_value(v)
-        .ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind} in a float register")))
+    let kind = scalar_kind(kind)?;
+    kind.float_value(v)
+        .ok_or_else(|| float_register_mismatch(kind))
+}
+
+#[cold]
+fn int_register_mismatch(kind: ScalarKind) -> RuntimeError {
+    RuntimeError::Type(format!("scalar kind {kind:?} in an integer register"))
+}
+
+#[cold]
+fn float_register_mismatch(kind: ScalarKind) -> RuntimeError {
+    RuntimeError::Type(format!("scalar kind {kind:?} in a float register"))
 }
 
 extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
     guard(f, (), |f| {
-        if !f.host.channels.enabled() {
+        if !f.records {
             return Ok(());
         }
         let v = int_scalar(kind, v)?;
@@ -1045,7 +1057,7 @@ extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
 
 extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
     guard(f, (), |f| {
-        if !f.host.channels.enabled() {
+        if !f.records {
             return Ok(());
         }
         let v = float_scalar(kind, v)?;
@@ -1055,18 +1067,30 @@ extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
 
 extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
     guard(f, (), |f| {
-        let v = int_scalar(kind, v)?;
+        let kind = scalar_kind(kind)?;
         let id = f.rpc.id;
-        f.instance(elem)?.scratch_set(id, key as usize, v);
+        if let Some(slot) = f.instance(elem)?.scratch_slot(id, key as usize) {
+            // Built in the slot (see `Instance::scratch_slot`).
+            *slot = Some(
+                kind.int_value(v)
+                    .ok_or_else(|| int_register_mismatch(kind))?,
+            );
+        }
         Ok(())
     })
 }
 
 extern "C" fn hc_metadata_set_f(f: F, elem: i64, key: u64, v: f64, kind: i64) {
     guard(f, (), |f| {
-        let v = float_scalar(kind, v)?;
+        let kind = scalar_kind(kind)?;
         let id = f.rpc.id;
-        f.instance(elem)?.scratch_set(id, key as usize, v);
+        if let Some(slot) = f.instance(elem)?.scratch_slot(id, key as usize) {
+            // Built in the slot (see `Instance::scratch_slot`).
+            *slot = Some(
+                kind.float_value(v)
+                    .ok_or_else(|| float_register_mismatch(kind))?,
+            );
+        }
         Ok(())
     })
 }
