@@ -49,6 +49,7 @@ struct Scratch {
 }
 
 impl Scratch {
+    #[inline]
     fn find(&self, rpc_id: u64) -> Option<usize> {
         self.entries.iter().position(|(id, _)| *id == Some(rpc_id))
     }
@@ -84,6 +85,7 @@ impl Scratch {
         }
     }
 
+    #[inline]
     fn get(&self, rpc_id: u64, key: MetaId) -> Option<&Value> {
         let i = self.find(rpc_id)?;
         self.entries[i].1.get(key).and_then(Option::as_ref)
@@ -130,7 +132,9 @@ impl Instance {
         self.scratch.end(rpc_id);
     }
 
-    /// `get_metadata`: the value set for `key` during this RPC, if any.
+    /// `get_metadata`: the value set for `key` during this RPC, if any. Inlined into the
+    /// compiled executor's probe host calls, which read it once per RPC.
+    #[inline]
     pub fn scratch_get(&self, rpc_id: u64, key: MetaId) -> Option<&Value> {
         self.scratch.get(rpc_id, key)
     }
