@@ -13,9 +13,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_hostcalls::Code;
@@ -24,6 +22,7 @@ use weft_hostcalls::text::utf8;
 use crate::Side;
 use crate::engine::{self, Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
 use crate::error::EngineError;
+use crate::handles::HandleTable;
 use crate::metadata::{self, Decoded, Keys};
 use crate::records::{Collector, RecordQueue};
 use crate::version::EngineOptions;
@@ -162,77 +161,10 @@ pub struct WeftRuntime {
     /// `weft_records`' side of the queue (with a record that did not fit the caller's
     /// buffer, for the next call); the lock also keeps two collectors from interleaving.
     record_collector: Mutex<Collector>,
-    rpcs: RpcTable,
+    rpcs: HandleTable<Rpc>,
     /// Outputs of calls that returned `WEFT_E_BUFFER`, by the address of their `WeftCall`
     /// (rare, so one lock is fine).
     pending: Mutex<HashMap<usize, Pending>>,
-}
-
-/// Sharded so RPCs on different threads seldom meet on one lock.
-struct RpcTable {
-    shards: Vec<Mutex<HashMap<u64, Rpc, BuildHasherDefault<HandleHasher>>>>,
-    next: AtomicU64,
-}
-
-/// Hashes rpc handles. They are a counter the runtime picks itself, so SipHash's resistance
-/// to chosen keys buys nothing, and it was a few percent of a call; one multiplication, with
-/// the high half folded down because a shard's handles share their low six bits.
-#[derive(Default)]
-struct HandleHasher(u64);
-
-impl Hasher for HandleHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        let x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = x ^ (x >> 32);
-    }
-}
-
-const RPC_SHARDS: usize = 64;
-
-impl RpcTable {
-    fn new() -> RpcTable {
-        RpcTable {
-            shards: (0..RPC_SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
-                .collect(),
-            next: AtomicU64::new(1),
-        }
-    }
-
-    fn shard(
-        &self,
-        handle: u64,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, Rpc, BuildHasherDefault<HandleHasher>>> {
-        self.shards[(handle % RPC_SHARDS as u64) as usize]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn insert(&self, rpc: Rpc) -> u64 {
-        let handle = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(handle).insert(handle, rpc);
-        handle
-    }
-
-    fn take(&self, handle: u64) -> Option<Rpc> {
-        self.shard(handle).remove(&handle)
-    }
-
-    /// Handles not yet answered or abandoned. Shard by shard, so not one instant's count
-    /// while calls run; exact when none does.
-    fn len(&self) -> usize {
-        (0..RPC_SHARDS).map(|i| self.shard(i as u64).len()).sum()
-    }
 }
 
 /// A call's outputs kept after `WEFT_E_BUFFER`.
@@ -404,7 +336,7 @@ fn open_with(
             engine,
             records,
             record_collector: Mutex::new(Collector::default()),
-            rpcs: RpcTable::new(),
+            rpcs: HandleTable::new(),
             pending: Mutex::new(HashMap::new()),
         }));
         Ok(WEFT_OK)

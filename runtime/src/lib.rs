@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod error;
 pub mod ffi;
+mod handles;
 pub mod metadata;
 pub mod placement;
 pub mod records;
