@@ -1751,7 +1751,12 @@ impl Gen<'_> {
         let Cell::Map(kt, vt) = &v.cell else {
             return None;
         };
+        // The key counts as a level of nesting: a key that is itself a read-modify-write
+        // (of the same map, say) then stops at the block depth limit. Without it the fuzzer
+        // drove the key to recurse past the parser's limit of 64 levels.
+        self.depth += 1;
         let key = self.expr(kt, true, self.cfg.max_expr_depth.min(2));
+        self.depth -= 1;
         let saved_defined = self.defined.clone();
         let saved_reachable = self.reachable;
         self.scopes.push(Scope {

@@ -100,6 +100,23 @@ fn generated_programs_mostly_check_without_a_schema() {
     );
 }
 
+/// Inputs the `generated` fuzz target found, replayed as it runs them.
+#[test]
+fn fuzz_findings() {
+    // A read-modify-write whose key was a read-modify-write of the same map, 64 levels deep
+    // (every choice byte 5): past the parser's nesting limit (2026-11-23).
+    let mut rmw_in_key = vec![0x26, 0x03];
+    rmw_in_key.extend([0x05; 141]);
+    rmw_in_key.push(0x23);
+    for input in [rmw_in_key] {
+        let mut e = Entropy::from_bytes(&input);
+        let g = generate_with(&mut e, &GenConfig::default());
+        if let Err(why) = exercise(&g, method(), &mut e, 6) {
+            panic!("{input:?}: {why}");
+        }
+    }
+}
+
 /// Bigger programs than the default, fewer of them.
 #[test]
 fn larger_programs() {
