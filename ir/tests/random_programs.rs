@@ -108,8 +108,9 @@ fn fuzz_findings() {
     let mut rmw_in_key = vec![0x26, 0x03];
     rmw_in_key.extend([0x05; 141]);
     rmw_in_key.push(0x23);
-    for input in [rmw_in_key] {
-        let mut e = Entropy::from_bytes(&input);
+    let findings: [&[u8]; 1] = [&rmw_in_key];
+    for input in findings {
+        let mut e = Entropy::from_bytes(input);
         let g = generate_with(&mut e, &GenConfig::default());
         if let Err(why) = exercise(&g, method(), &mut e, 6) {
             panic!("{input:?}: {why}");
