@@ -50,7 +50,7 @@ func WithRecords(handle func(Record)) Option {
 }
 
 // WithRecordQueue sets how many records may wait between two collections (default 16384:
-// at the default interval, 160 000 records a second; each waiting record keeps its JSON).
+// at the default interval, 160 000 records a second; each waiting record keeps its message).
 // Records sent while the queue is full are dropped and counted (Runtime.DroppedRecords).
 func WithRecordQueue(n int) Option {
 	return func(o *options) { o.queue = n }

@@ -1,86 +1,63 @@
 //! Channel records (`send(rpc, log)`, `metrics`' latencies) kept for a caller that collects
-//! them now and then, as the C ABI does. The RPC that emits a record encodes it ([`encode`])
-//! and queues the bytes; the collector copies them out.
+//! them now and then, as the C ABI does: an RPC only queues the record it emits, and the
+//! collector encodes it ([`encode`]) off the data path.
 //!
-//! Encoding on the RPC's thread costs it a few hundred nanoseconds per message record. It
-//! used to queue a reference to the message instead, and the collector encoded it later.
-//! That kept every queued message alive for up to a collection interval. The runtime's
-//! per-thread message buffers could not be reused, and the messages were freed on the
-//! collecting thread. The echo benchmark paid several microseconds of CPU per RPC for this
-//! (docs/benchmarks.md, "Records encoded where they are sent").
+//! Encoding on the RPC's thread instead (and so not keeping the message alive until the
+//! collection) saved CPU in a hot loop but cost the echo benchmark about 2 µs per RPC: each
+//! RPC rendered from cold caches, where the collector renders a batch with warm ones
+//! (docs/benchmarks.md, "Records encoded where they are sent: tried and reverted").
 //!
 //! The queue is bounded. A record that finds it full is dropped and counted, never waited
 //! for: an observer that falls behind must not slow RPCs down, and must be able to tell
 //! that it missed something.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_hostcalls::Value;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_ir::schema::MethodSchema;
 
-/// Records encoded back to back, oldest first.
-#[derive(Default)]
-struct Encoded {
-    bytes: Vec<u8>,
-    records: usize,
+/// A record with the method of the RPC that emitted it (to render the messages it holds).
+struct Queued {
+    record: ChannelRecord,
+    method: Option<Arc<MethodSchema>>,
 }
 
 pub struct RecordQueue {
-    queued: Mutex<Encoded>,
-    /// `queued.records` as of its last change, read without the lock so that a full queue
-    /// costs a dropped record no encoding.
-    waiting: AtomicUsize,
+    queued: Mutex<VecDeque<Queued>>,
     capacity: usize,
     dropped: AtomicU64,
-}
-
-thread_local! {
-    /// Where an RPC's thread encodes a record before taking the queue's lock, so the lock is
-    /// held for a copy only. Kept, so encoding allocates nothing once it has grown.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl RecordQueue {
     /// A queue that holds at most `capacity` records (at least one).
     pub fn new(capacity: usize) -> RecordQueue {
+        let capacity = capacity.max(1);
         RecordQueue {
-            queued: Mutex::new(Encoded::default()),
-            waiting: AtomicUsize::new(0),
-            capacity: capacity.max(1),
+            queued: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            capacity,
             dropped: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Encoded> {
-        // A panic under the lock was caught at the call boundary. The queue holds whole
-        // records only: the lock is taken after a record is encoded.
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        // A panic under the lock was caught at the call boundary; the queue is whole.
         self.queued.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Encodes `record` and queues it, or counts it as dropped when the queue is full.
+    /// Queues `record`, or counts it as dropped when the queue is full.
     pub fn push(&self, record: ChannelRecord, method: Option<&Arc<MethodSchema>>) {
-        if self.waiting.load(Ordering::Relaxed) >= self.capacity {
+        let mut q = self.lock();
+        if q.len() >= self.capacity {
+            drop(q);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        SCRATCH.with_borrow_mut(|scratch| {
-            scratch.clear();
-            encode_into(&record, method.map(|m| &**m), scratch);
-            // The message goes back to its owner now, not when the record is collected.
-            drop(record);
-            let mut q = self.lock();
-            // Checked again: other threads may have filled the queue meanwhile.
-            if q.records >= self.capacity {
-                drop(q);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            q.bytes.extend_from_slice(scratch);
-            q.records += 1;
-            self.waiting.store(q.records, Ordering::Relaxed);
+        q.push_back(Queued {
+            record,
+            method: method.cloned(),
         });
     }
 
@@ -90,28 +67,25 @@ impl RecordQueue {
     }
 
     /// Moves every queued record to the back of `into`, under one lock (RPCs pushing
-    /// meanwhile wait for a swap or a copy, not for each record).
-    fn take_all(&self, into: &mut Vec<u8>) {
+    /// meanwhile wait for a swap, not for each record).
+    fn take_all(&self, into: &mut VecDeque<Queued>) {
         let mut q = self.lock();
         if into.is_empty() {
             // The queue keeps `into`'s allocation.
-            std::mem::swap(&mut q.bytes, into);
+            std::mem::swap(&mut *q, into);
         } else {
-            into.extend_from_slice(&q.bytes);
-            q.bytes.clear();
+            into.extend(q.drain(..));
         }
-        q.records = 0;
-        self.waiting.store(0, Ordering::Relaxed);
     }
 }
 
-/// The collecting side of a [`RecordQueue`]: takes the queued records in one go and hands
-/// them over whole, as many as fit.
+/// The collecting side of a [`RecordQueue`]: takes the queued records in one go and encodes
+/// them one at a time into the collector's buffer, reusing one scratch buffer.
 #[derive(Default)]
 pub struct Collector {
-    taken: Vec<u8>,
-    /// Where the first record not handed over yet starts in `taken`.
-    at: usize,
+    taken: VecDeque<Queued>,
+    /// The next record, encoded, when it is waiting for room; otherwise empty.
+    next: Vec<u8>,
 }
 
 impl Collector {
@@ -126,41 +100,27 @@ impl Collector {
     ) -> Result<usize, usize> {
         let mut written = 0;
         loop {
-            if self.at == self.taken.len() {
-                self.taken.clear();
-                self.at = 0;
-                queue.take_all(&mut self.taken);
+            if self.next.is_empty() {
+                if self.taken.is_empty() {
+                    queue.take_all(&mut self.taken);
+                }
+                let Some(Queued { record, method }) = self.taken.pop_front() else {
+                    return Ok(written);
+                };
+                encode_into(&record, method.as_deref(), &mut self.next);
             }
-            let rest = &self.taken[self.at..];
-            if rest.is_empty() {
-                return Ok(written);
+            if written + self.next.len() > room {
+                return if written == 0 {
+                    Err(self.next.len())
+                } else {
+                    Ok(written)
+                };
             }
-            // The queue holds whole records as `encode_into` wrote them.
-            let len = encoded_len(rest).unwrap_or(rest.len());
-            if written + len > room {
-                return if written == 0 { Err(len) } else { Ok(written) };
-            }
-            write(&rest[..len]);
-            written += len;
-            self.at += len;
+            write(&self.next);
+            written += self.next.len();
+            self.next.clear();
         }
     }
-}
-
-/// The length of the encoded record at the start of `bytes`, from its framing; `None` when
-/// `bytes` is cut short.
-fn encoded_len(bytes: &[u8]) -> Option<usize> {
-    let u32_at = |at: usize| -> Option<usize> {
-        let b = bytes.get(at..at.checked_add(4)?)?;
-        Some(u32::from_le_bytes(b.try_into().ok()?) as usize)
-    };
-    let channel = 4usize.checked_add(u32_at(0)?)?;
-    let value = channel
-        .checked_add(4)?
-        .checked_add(u32_at(channel)?)?
-        .checked_add(16)?;
-    let end = value.checked_add(4)?.checked_add(u32_at(value)?)?;
-    (end <= bytes.len()).then_some(end)
 }
 
 /// A record as the C ABI hands it over (docs/c-abi.md): the element's name, the channel's,
@@ -367,62 +327,6 @@ mod tests {
                 assert!(rest.is_empty());
                 assert_eq!(got.value, want, "{m:?}");
             }
-        }
-    }
-
-    #[test]
-    fn a_queued_record_lets_go_of_its_message_and_renders_it_the_same() {
-        use weft_hostcalls::Message;
-        let method = say();
-        let json = serde_json::json!({"user": "alice", "body": "hello"});
-        let m = Arc::new(Message::request(
-            weft_ir::wire::json_to_bytes(&method.request, &json).unwrap(),
-        ));
-        let q = RecordQueue::new(4);
-        q.push(
-            ChannelRecord {
-                value: Value::Msg(Arc::clone(&m)),
-                ..record(9)
-            },
-            Some(&method),
-        );
-        // The runtime can reuse the message's buffers as soon as its call ends.
-        assert_eq!(Arc::strong_count(&m), 1);
-        let kept = collect(&mut Collector::default(), &q);
-        assert_eq!(kept.len(), 1);
-        assert_eq!(kept[0].rpc_id, 9);
-        assert_eq!(
-            kept[0].value,
-            weft_ir::sim::method_message_json(Some(method.as_ref()), &m)
-        );
-    }
-
-    #[test]
-    fn encoded_len_finds_where_each_record_ends() {
-        let mut bytes = Vec::new();
-        let mut ends = Vec::new();
-        for (id, value) in [
-            (1, Value::Float(0.5)),
-            (2, Value::str("a longer value than the first")),
-            (3, Value::Int(-7)),
-        ] {
-            encode_into(
-                &ChannelRecord {
-                    value,
-                    ..record(id)
-                },
-                None,
-                &mut bytes,
-            );
-            ends.push(bytes.len());
-        }
-        let mut at = 0;
-        for end in ends {
-            assert_eq!(encoded_len(&bytes[at..]), Some(end - at));
-            for cut in at..end {
-                assert_eq!(encoded_len(&bytes[at..cut]), None, "cut at {cut}");
-            }
-            at = end;
         }
     }
 
