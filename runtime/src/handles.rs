@@ -1,10 +1,11 @@
 //! The handles the C ABI gives callers for RPCs waiting for their response.
 //!
 //! A handle is a slot's index, its shard and the slot's generation. Taking the slot's value
-//! frees the slot, and a new generation begins, so a stale handle (already answered,
-//! abandoned, or from another runtime) finds nothing. It is never someone else's RPC:
-//! the generation would have to wrap around, after 2^26 reuses of the same slot while the
-//! stale handle was kept.
+//! frees the slot, and a new generation begins, so a stale handle (already answered or
+//! abandoned) finds nothing. It is never someone else's RPC: the generation would have to
+//! wrap around, after 2^26 reuses of the same slot while the stale handle was kept. Each
+//! table starts its slots at a generation of its own, so a handle from another runtime
+//! almost always finds nothing too (the hash map before did not tell them apart at all).
 //!
 //! Each thread inserts into its own shard (picked once per thread), so RPCs on different
 //! threads seldom meet on one lock or one cache line. The response may come on another
@@ -25,6 +26,8 @@ const GENERATION_MASK: u32 = (1 << GENERATION_BITS) - 1;
 
 pub(crate) struct HandleTable<T> {
     shards: Vec<Mutex<Slab<T>>>,
+    /// The generation this table's new slots start at.
+    first_generation: u32,
 }
 
 struct Slab<T> {
@@ -46,6 +49,9 @@ thread_local! {
 }
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+/// Tables made so far in this process, to spread their first generations apart.
+static TABLES: AtomicUsize = AtomicUsize::new(0);
 
 fn this_threads_shard() -> usize {
     SHARD.with(|s| match s.get() {
@@ -70,6 +76,14 @@ impl<T> HandleTable<T> {
                     })
                 })
                 .collect(),
+            // Consecutive tables far apart in the generation space (a golden-ratio step).
+            first_generation: match (TABLES.fetch_add(1, Ordering::Relaxed) as u32)
+                .wrapping_mul(0x9e37_79b9)
+                & GENERATION_MASK
+            {
+                0 => 1,
+                g => g,
+            },
         }
     }
 
@@ -85,11 +99,12 @@ impl<T> HandleTable<T> {
     pub(crate) fn insert(&self, value: T) -> u64 {
         let shard = this_threads_shard();
         let mut slab = self.shard(shard);
+        let first_generation = self.first_generation;
         let index = match slab.free.pop() {
             Some(i) => i,
             None => {
                 slab.slots.push(Slot {
-                    generation: 1,
+                    generation: first_generation,
                     value: None,
                 });
                 // More than 2^32 RPCs waiting in one shard would exhaust memory long before.
@@ -179,9 +194,28 @@ mod tests {
         );
         assert_eq!(t.take(last), Some(1));
         let wrapped = t.insert(2);
-        assert_eq!(wrapped, first, "the generation wrapped to 1, not 0");
+        assert_eq!(
+            wrapped >> (INDEX_BITS + SHARD_BITS),
+            1,
+            "the generation wrapped to 1, not 0"
+        );
+        assert_eq!(wrapped as u32, first as u32, "the same slot");
         assert_eq!(t.take(last), None);
         assert_eq!(t.take(wrapped), Some(2));
+    }
+
+    #[test]
+    fn a_handle_from_another_table_finds_nothing() {
+        let (a, b) = (HandleTable::new(), HandleTable::new());
+        let from_a = a.insert("a");
+        let from_b = b.insert("b");
+        assert_eq!(
+            from_a as u32, from_b as u32,
+            "the same slot of the same shard"
+        );
+        assert_eq!(b.take(from_a), None);
+        assert_eq!(a.take(from_b), None);
+        assert_eq!((a.take(from_a), b.take(from_b)), (Some("a"), Some("b")));
     }
 
     #[test]
