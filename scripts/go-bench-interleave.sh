@@ -11,10 +11,15 @@
 #
 # VARIANTS (default "none handwritten handwritten-noencode weft") picks the sub-benchmarks;
 # `none` must be among them. The same binary twice compares variants of one build.
+# BENCH (default BenchmarkEcho) runs another benchmark with a `none` variant instead, e.g.
+# BenchmarkServerInterceptorCold, whose cost over `none` tracks the echo's (docs/benchmarks.md);
+# BENCHTIME (default 1s) is passed to -test.benchtime.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BEFORE.test AFTER.test" >&2; exit 2; }
 rounds=${ROUNDS:-10}
 variants=${VARIANTS:-none handwritten handwritten-noencode weft}
+bench=${BENCH:-BenchmarkEcho}
+benchtime=${BENCHTIME:-1s}
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 cd "$(dirname "$0")/../bindings/go"
@@ -25,8 +30,8 @@ for r in $(seq 1 "$rounds"); do
   for v in $variants; do
     for bin in $order; do
       exe=$1; [ "$bin" = after ] && exe=$2
-      "$exe" -test.run '^$' -test.bench "BenchmarkEcho/$v\$" -test.benchtime 1s |
-        awk -v r="$r" -v b="$bin" -v v="$v" '/^BenchmarkEcho/ {
+      "$exe" -test.run '^$' -test.bench "^$bench\$/^$v\$" -test.benchtime "$benchtime" |
+        awk -v r="$r" -v b="$bin" -v v="$v" '/^Benchmark/ {
           for (i = 2; i <= NF; i++) { if ($(i+1) == "ns/op") ns = $i; if ($(i+1) == "cpu-ns/op") cpu = $i }
           print r, b, v, ns, cpu }' >> "$raw"
     done
