@@ -13,6 +13,8 @@
 # `none` must be among them. The same binary twice compares variants of one build.
 # BENCH (default BenchmarkEcho) runs another benchmark with a `none` variant instead, e.g.
 # BenchmarkServerInterceptorCold, whose cost over `none` tracks the echo's (docs/benchmarks.md);
+# where a benchmark reports call-ns/op (the cold ones: the calls without the evictions), that
+# is compared instead of ns/op.
 # BENCHTIME (default 1s) is passed to -test.benchtime.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BEFORE.test AFTER.test" >&2; exit 2; }
@@ -32,7 +34,7 @@ for r in $(seq 1 "$rounds"); do
       exe=$1; [ "$bin" = after ] && exe=$2
       "$exe" -test.run '^$' -test.bench "^$bench\$/^$v\$" -test.benchtime "$benchtime" |
         awk -v r="$r" -v b="$bin" -v v="$v" '/^Benchmark/ {
-          for (i = 2; i <= NF; i++) { if ($(i+1) == "ns/op") ns = $i; if ($(i+1) == "cpu-ns/op") cpu = $i }
+          for (i = 2; i <= NF; i++) { if ($(i+1) == "ns/op" && !call) ns = $i; if ($(i+1) == "call-ns/op") { ns = $i; call = 1 }; if ($(i+1) == "cpu-ns/op") cpu = $i }
           print r, b, v, ns, cpu }' >> "$raw"
     done
   done
