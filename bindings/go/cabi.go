@@ -406,3 +406,13 @@ func closeRuntime(h *C.WeftRuntime)          { C.weft_close(h) }
 func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) }
 
 func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }
+
+// libraryCounters reads the library's counters; zero if the call fails, which it only does
+// for arguments this package never passes (NULL).
+func libraryCounters(h *C.WeftRuntime) Counters {
+	var c C.WeftCounters
+	if C.weft_counters(h, &c) != rcOK {
+		return Counters{}
+	}
+	return Counters{MalformedRPCs: uint64(c.malformed), ElementErrors: uint64(c.element_errors)}
+}

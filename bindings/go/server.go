@@ -74,7 +74,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	if rc == rcNoEdge {
 		if in.err != nil {
-			return nil, badRequest(info.FullMethod, in.err)
+			return nil, r.badRequest(info.FullMethod, in.err)
 		}
 		return handler(ctx, req)
 	}
@@ -89,7 +89,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	}
 	rpc := s.rpcHandle()
 	if in.err != nil && !s.messageChanged() {
-		err := badRequest(info.FullMethod, in.err)
+		err := r.badRequest(info.FullMethod, in.err)
 		r.endRPC(sideServer, m, rpc, err, nil)
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	rc := w.r.runRequest(s, sideServer, w.m)
 	if rc == rcNoEdge {
 		if w.codec {
-			return decodeRequest(s.msg.bytes(), msg, w.name)
+			return w.r.decodeRequest(s.msg.bytes(), msg, w.name)
 		}
 		return nil
 	}
@@ -449,7 +449,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	if s.messageChanged() {
 		err = unmarshalInto(s.outMessage(), msg, "the chain's rewritten message")
 	} else if w.codec {
-		err = decodeRequest(s.msg.bytes(), msg, w.name)
+		err = w.r.decodeRequest(s.msg.bytes(), msg, w.name)
 	}
 	if err != nil {
 		w.r.endRPC(sideServer, w.m, rpc, err, nil)
@@ -462,15 +462,18 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 }
 
 // decodeRequest decodes bytes a caller sent; bytes that do not decode are the caller's error.
-func decodeRequest(b []byte, m proto.Message, method string) error {
+func (r *Runtime) decodeRequest(b []byte, m proto.Message, method string) error {
 	proto.Reset(m)
 	if err := proto.Unmarshal(b, m); err != nil {
-		return badRequest(method, err)
+		return r.badRequest(method, err)
 	}
 	return nil
 }
 
-func badRequest(method string, err error) error {
+// badRequest rejects a request whose bytes are not a valid message and counts it (the
+// library counts those its elements find; these are the ones no element read).
+func (r *Runtime) badRequest(method string, err error) error {
+	r.malformed.Add(1)
 	return status.Errorf(codes.InvalidArgument, "weft: %s: the request is not a valid protobuf message: %v", method, err)
 }
 

@@ -58,6 +58,36 @@ type Runtime struct {
 
 	// records collects channel records for WithRecords; nil without it.
 	records *recordPump
+
+	// malformed counts the requests this package rejected as not a valid message before
+	// the library saw them as one (see Counters); closed keeps the library's counters
+	// from Close on.
+	malformed atomic.Uint64
+	closed    Counters
+}
+
+// Counters is what went wrong with RPCs over a Runtime's life, every configuration
+// version included.
+type Counters struct {
+	// MalformedRPCs: requests and stream messages rejected with INVALID_ARGUMENT because
+	// their bytes are not a valid message (read by an element, or decoded by the server for
+	// its handler), and responses an element read that were not.
+	MalformedRPCs uint64
+	// ElementErrors: RPCs rejected with INTERNAL because an element's handler failed at
+	// run time (integer division by zero, an index out of range, ...).
+	ElementErrors uint64
+}
+
+// Counters returns the Runtime's counters; after Close, their values at Close.
+func (r *Runtime) Counters() Counters {
+	r.mu.RLock()
+	c := r.closed
+	if r.h != nil {
+		c = libraryCounters(r.h)
+	}
+	r.mu.RUnlock()
+	c.MalformedRPCs += r.malformed.Load()
+	return c
 }
 
 // methodInfo is what the binding keeps per method name.
@@ -215,6 +245,7 @@ func (r *Runtime) Close() error {
 			last = p.collectAll(r.h)
 			p.buf.free()
 		}
+		r.closed = libraryCounters(r.h)
 		closeRuntime(r.h)
 		r.h = nil
 	}

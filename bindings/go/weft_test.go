@@ -315,7 +315,48 @@ func callWithCorruptPayload(t *testing.T, server string) error {
 	if srv.calls.Load() != 0 {
 		t.Fatal("a corrupt request reached the handler")
 	}
+	if c := srt.Counters(); c != (weft.Counters{MalformedRPCs: 1}) {
+		t.Fatalf("counters after one corrupt request: %+v", c)
+	}
 	return err
+}
+
+// An element that fails at run time rejects the RPC with INTERNAL and is counted, and the
+// count survives Close.
+func TestElementErrorsAreCounted(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "elements"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	divide := "state:\n    quotient: int\n\ninit():\n    pass\n\nreq(rpc):\n    quotient = 100 / get(rpc, 'priority')\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+	if err := os.WriteFile(filepath.Join(dir, "elements", "divide.weft"), []byte(divide), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - divide\n"
+	rt, err := weft.OpenYAML(yaml, dir, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, addr := serve(t, "echo-0", rt.ServerOptions()...)
+	c := dial(t, addr)
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi", Priority: 4}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}) // 100 / 0
+	wantCode(t, err, codes.Internal, "")
+	if n := srv.calls.Load(); n != 1 {
+		t.Fatalf("the handler saw %d calls, want 1", n)
+	}
+	want := weft.Counters{ElementErrors: 1}
+	if got := rt.Counters(); got != want {
+		t.Fatalf("counters: %+v, want %+v", got, want)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Counters(); got != want {
+		t.Fatalf("counters after Close: %+v, want %+v", got, want)
+	}
 }
 
 // A server chain that reads no message (metrics) is passed none; one that does (a firewall)

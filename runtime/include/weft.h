@@ -94,6 +94,16 @@ typedef struct WeftCall {
   struct WeftBuf route;
 } WeftCall;
 
+// What went wrong with RPCs over the runtime's life, every version included
+// (`weft_counters`).
+typedef struct WeftCounters {
+  // RPCs rejected with INVALID_ARGUMENT because an element read a message whose bytes are
+  // not a valid message of its type.
+  uint64_t malformed;
+  // RPCs rejected with INTERNAL because an element's handler failed at run time.
+  uint64_t element_errors;
+} WeftCounters;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -196,6 +206,14 @@ uint64_t weft_version(const struct WeftRuntime *rt);
 // # Safety
 // `rt` is NULL or a live runtime.
 uint64_t weft_rpcs_waiting(const struct WeftRuntime *rt);
+
+// Writes the runtime's counters to `*out`. An element a reload removed keeps counting until
+// its last RPC finishes; its counts are in the total from then on. Waits for a reload in
+// progress.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `out` is NULL or writable.
+int32_t weft_counters(const struct WeftRuntime *rt, struct WeftCounters *out);
 
 // Moves queued channel records into `out`, oldest first, each encoded as: the element's
 // name and the channel's (each a u32 LE length and UTF-8 bytes), the RPC id (u64 LE), the

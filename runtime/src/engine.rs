@@ -353,6 +353,17 @@ pub struct VersionStats {
     pub draining: usize,
 }
 
+/// What went wrong with RPCs, over the engine's life (every version, reloads included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RpcCounters {
+    /// RPCs rejected with INVALID_ARGUMENT because an element read a message whose bytes are
+    /// not a valid message of its type.
+    pub malformed: u64,
+    /// RPCs rejected with INTERNAL because an element's handler failed at run time (division
+    /// by zero, an index out of range, …).
+    pub element_errors: u64,
+}
+
 pub(crate) struct Inner {
     service: String,
     options: EngineOptions,
@@ -417,6 +428,7 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let counters = Arc::new(VersionCounters::default());
         let first = build(&source, service, &options, 1, &counters, None)?;
+        first.register_segments();
         let inner = Arc::new(Inner {
             service: service.to_owned(),
             source: Mutex::new(source),
@@ -469,6 +481,12 @@ impl Engine {
 
     pub fn stats(&self) -> VersionStats {
         self.inner.stats()
+    }
+
+    /// RPCs rejected for malformed messages and for elements' run-time errors, so far, over
+    /// every version (an element a reload removed included). Waits for a reload in progress.
+    pub fn rpc_counters(&self) -> RpcCounters {
+        self.inner.rpc_counters()
     }
 
     /// What the config watcher's last reload did, if it reloaded at all: the version it
@@ -820,6 +838,20 @@ impl Inner {
         }
     }
 
+    /// Waits for a reload in progress: mid-reload, counts are being copied to the next
+    /// version.
+    pub(crate) fn rpc_counters(&self) -> RpcCounters {
+        let _serial = self
+            .reload_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (malformed, element_errors) = self.counters.rejected();
+        RpcCounters {
+            malformed,
+            element_errors,
+        }
+    }
+
     pub(crate) fn record_watch_result(&self, result: Result<Reloaded, EngineError>) {
         *self
             .watch_result
@@ -867,6 +899,7 @@ impl Inner {
         // The state is copied now, with the current version's segments locked until the new
         // one is installed: what RPCs wrote during the build is carried over.
         let taken = built.take_over_state(&current.current)?;
+        built.register_segments();
         self.next_install.fetch_add(1, Ordering::Relaxed);
         let mut older: Vec<Weak<Version>> = current
             .older

@@ -67,6 +67,18 @@ pub struct WeftBuf {
     pub len: usize,
 }
 
+/// What went wrong with RPCs over the runtime's life, every version included
+/// (`weft_counters`).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WeftCounters {
+    /// RPCs rejected with INVALID_ARGUMENT because an element read a message whose bytes are
+    /// not a valid message of its type.
+    pub malformed: u64,
+    /// RPCs rejected with INTERNAL because an element's handler failed at run time.
+    pub element_errors: u64,
+}
+
 /// One call of `weft_request` / `weft_response`: inputs, then outputs.
 #[repr(C)]
 pub struct WeftCall {
@@ -727,6 +739,31 @@ pub unsafe extern "C" fn weft_rpcs_waiting(rt: *const WeftRuntime) -> u64 {
         Ok(WEFT_OK)
     });
     n
+}
+
+/// Writes the runtime's counters to `*out`: every version's, an element a reload removed
+/// included. Waits for a reload in progress.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_counters(rt: *const WeftRuntime, out: *mut WeftCounters) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        if out.is_null() {
+            return Err(FfiError::argument("`out` is NULL"));
+        }
+        let c = rt.engine.rpc_counters();
+        // SAFETY: `out` is not NULL, and the caller guarantees it is writable.
+        unsafe {
+            out.write(WeftCounters {
+                malformed: c.malformed,
+                element_errors: c.element_errors,
+            });
+        }
+        Ok(WEFT_OK)
+    })
 }
 
 /// Moves queued channel records into `out`, oldest first, each encoded as: the element's

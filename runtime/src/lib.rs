@@ -12,8 +12,8 @@ pub mod version;
 mod watch;
 
 pub use engine::{
-    Engine, Forwarded, Metadata, Reloaded, RequestOutcome, ResponseOutcome, Rpc, ServerResponse,
-    Verdict, VersionStats,
+    Engine, Forwarded, Metadata, Reloaded, RequestOutcome, ResponseOutcome, Rpc, RpcCounters,
+    ServerResponse, Verdict, VersionStats,
 };
 pub use error::EngineError;
 pub use version::{ConfigSource, EngineOptions};

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
@@ -88,6 +88,58 @@ pub struct VersionCounters {
     pub installed: AtomicU64,
     /// Versions whose code and state were freed (dropped after their last RPC).
     pub freed: AtomicU64,
+    /// Malformed messages and run-time errors counted by instances that are gone: those of
+    /// elements a reload removed, added when their segment's last RPC finished. An instance
+    /// a later version took over passes its counts on instead ([`copy_state`]).
+    pub retired_malformed: AtomicU64,
+    pub retired_errors: AtomicU64,
+    /// Every segment's instances while they live, whichever version they belong to.
+    segments: Segments,
+}
+
+/// The engine's segment states, held weakly: a version's segment may outlive the version
+/// (an older version's RPCs reach the state the next one took over through it).
+#[derive(Default)]
+struct Segments(Mutex<Vec<Weak<SegmentState>>>);
+
+impl std::fmt::Debug for Segments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Segments")
+    }
+}
+
+impl VersionCounters {
+    /// Malformed messages and run-time errors counted so far: by instances that are gone, and
+    /// by every live instance whose state no later version took over (a taken-over
+    /// instance's counts went with its state). Call it with reloads excluded: during one,
+    /// counts are being copied to the next version.
+    pub(crate) fn rejected(&self) -> (u64, u64) {
+        // Held while counting, so none of them is dropped (retiring its counts) between
+        // reading the retired counts and summing it: nothing is counted twice.
+        let alive: Vec<Arc<SegmentState>> = {
+            let mut states = self
+                .segments
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            states.retain(|s| s.strong_count() > 0);
+            states.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut counts = (
+            self.retired_malformed.load(Ordering::Relaxed),
+            self.retired_errors.load(Ordering::Relaxed),
+        );
+        for state in &alive {
+            let successor = state.successor.get();
+            for (i, inst) in state.instances().iter().enumerate() {
+                if !taken_over(successor, i) {
+                    counts.0 += inst.malformed;
+                    counts.1 += inst.errors;
+                }
+            }
+        }
+        counts
+    }
 }
 
 /// Which segment and method a (side, method) resolves to.
@@ -144,6 +196,33 @@ struct SegmentState {
     /// ([`Segment::lock`]), so what they write is neither lost nor split from what the
     /// newer version's RPCs write.
     successor: OnceLock<Successor>,
+    /// Where the counts of instances no later version took over go when this is dropped.
+    counters: Arc<VersionCounters>,
+}
+
+impl Drop for SegmentState {
+    fn drop(&mut self) {
+        let successor = self.successor.get();
+        let instances = self
+            .instances
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (i, inst) in instances.iter().enumerate() {
+            if !taken_over(successor, i) {
+                self.counters
+                    .retired_malformed
+                    .fetch_add(inst.malformed, Ordering::Relaxed);
+                self.counters
+                    .retired_errors
+                    .fetch_add(inst.errors, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Whether a later version took over instance `i`'s state.
+fn taken_over(successor: Option<&Successor>, i: usize) -> bool {
+    successor.is_some_and(|s| s.instance.get(i).copied().flatten().is_some())
 }
 
 impl SegmentState {
@@ -343,6 +422,18 @@ impl Drop for Version {
 }
 
 impl Version {
+    /// Lets the engine's counters find this version's instances. Called when it is
+    /// installed: until then its segments must not be shared ([`Version::take_over_state`]).
+    pub(crate) fn register_segments(&self) {
+        let mut states = self
+            .counters
+            .segments
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        states.extend(self.segments.iter().map(|seg| Arc::downgrade(&seg.state)));
+    }
+
     pub fn route(&self, side: Side, method: &str) -> Option<MethodRoute> {
         let method = method.strip_prefix('/').unwrap_or(method);
         match side {
@@ -506,7 +597,9 @@ pub(crate) fn build(
                     .iter()
                     .find(|seg| seg.edge == edge.name && seg.side == side)
             });
-            let segment = build_segment(&loaded, &layout, side, service, options, &shared, before)?;
+            let segment = build_segment(
+                &loaded, &layout, side, service, options, &shared, counters, before,
+            )?;
             let index = version.segments.len();
             let routes = match side {
                 Side::Client => &mut version.client,
@@ -542,6 +635,9 @@ pub fn side_name(side: Side) -> &'static str {
     }
 }
 
+// The version's parts a segment is built from; a struct for them would exist only for this
+// call.
+#[allow(clippy::too_many_arguments)]
 fn build_segment(
     loaded: &LoadedEdge,
     layout: &Layout,
@@ -549,6 +645,7 @@ fn build_segment(
     service: &str,
     options: &EngineOptions,
     shared: &SharedState,
+    counters: &Arc<VersionCounters>,
     before: Option<&Segment>,
 ) -> Result<Segment, EngineError> {
     let edge = &loaded.edge;
@@ -634,6 +731,7 @@ fn build_segment(
         state: Arc::new(SegmentState {
             instances: Mutex::new(instances),
             successor: OnceLock::new(),
+            counters: Arc::clone(counters),
         }),
         methods,
         take_over,

@@ -1,0 +1,192 @@
+//! The engine's counters of rejected RPCs: malformed messages and elements' run-time errors,
+//! kept across reloads, including the counts of an element a reload removes.
+
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{examples, options, two_strings};
+use weft_hostcalls::Code;
+use weft_runtime::{Engine, Metadata, RpcCounters, Side, Verdict};
+
+/// The client side of `frontend->echo` with `elements` (YAML list items), the test elements
+/// beside the config.
+fn config(elements: &[&str]) -> String {
+    let list: String = elements.iter().map(|e| format!("      - {e}\n")).collect();
+    format!(
+        "protos: [echo.proto]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    client:\n{list}"
+    )
+}
+
+fn config_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        examples().join("echo/echo.proto"),
+        dir.path().join("echo.proto"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("elements")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/elements/divide.weft"),
+        dir.path().join("elements/divide.weft"),
+    )
+    .unwrap();
+    dir
+}
+
+/// SayRequest{user, body, priority}.
+fn request(user: &str, priority: u8) -> Vec<u8> {
+    let mut out = two_strings(user, "hello");
+    out.extend_from_slice(&[0x18, priority]);
+    out
+}
+
+/// Field 1 claims 80 bytes and has 1.
+const CORRUPT: &[u8] = &[0x0a, 0x50, b'x'];
+
+/// The status a request is rejected with, or None when it is forwarded.
+fn rejected(engine: &Engine, message: &[u8]) -> Option<Code> {
+    let out = engine
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            Metadata::new(),
+            message.to_vec(),
+        )
+        .unwrap();
+    match out.verdict {
+        Verdict::Reject { code, .. } => Some(code),
+        Verdict::Forward(_) | Verdict::Route { .. } => {
+            // The response comes back, so the RPC's version is not kept waiting.
+            if let Some(rpc) = out.rpc {
+                engine
+                    .process_response(
+                        rpc,
+                        weft_runtime::ServerResponse::Ok {
+                            message: two_strings("hello", "echo-0"),
+                            metadata: Metadata::new(),
+                        },
+                    )
+                    .unwrap();
+            }
+            None
+        }
+        Verdict::Reply(_) => panic!("no element here replies"),
+    }
+}
+
+fn counts(malformed: u64, element_errors: u64) -> RpcCounters {
+    RpcCounters {
+        malformed,
+        element_errors,
+    }
+}
+
+#[test]
+fn rejected_rpcs_are_counted_across_reloads() {
+    let dir = config_dir();
+    let firewall = "firewall: {field: user, deny: [mallory]}";
+    let engine = Engine::open_yaml(
+        &config(&[firewall, "divide"]),
+        dir.path(),
+        "frontend",
+        options(),
+    )
+    .unwrap();
+    assert_eq!(engine.rpc_counters(), counts(0, 0));
+
+    assert_eq!(rejected(&engine, CORRUPT), Some(Code::InvalidArgument));
+    assert_eq!(engine.rpc_counters(), counts(1, 0));
+    // No priority: 100 / 0.
+    assert_eq!(
+        rejected(&engine, &request("alice", 0)),
+        Some(Code::Internal)
+    );
+    assert_eq!(engine.rpc_counters(), counts(1, 1));
+    // Passed, and rejected by policy: neither is counted.
+    assert_eq!(rejected(&engine, &request("alice", 3)), None);
+    assert_eq!(
+        rejected(&engine, &request("mallory", 3)),
+        Some(Code::PermissionDenied)
+    );
+    assert_eq!(engine.rpc_counters(), counts(1, 1));
+
+    // A reload that keeps both elements carries their counts on.
+    let firewall2 = "firewall: {field: user, deny: [mallory, eve]}";
+    engine
+        .reload_yaml(&config(&[firewall2, "divide"]), dir.path())
+        .unwrap();
+    assert_eq!(engine.rpc_counters(), counts(1, 1));
+    assert_eq!(rejected(&engine, CORRUPT), Some(Code::InvalidArgument));
+    assert_eq!(engine.rpc_counters(), counts(2, 1));
+
+    // A reload that removes `divide`: its error stays counted once its version is freed
+    // (no RPC runs in it here, so at once).
+    engine
+        .reload_yaml(&config(&[firewall2]), dir.path())
+        .unwrap();
+    assert_eq!(engine.stats().freed, 2, "both earlier versions were freed");
+    assert_eq!(engine.rpc_counters(), counts(2, 1));
+    assert_eq!(rejected(&engine, &request("alice", 0)), None);
+    assert_eq!(rejected(&engine, CORRUPT), Some(Code::InvalidArgument));
+    assert_eq!(engine.rpc_counters(), counts(3, 1));
+}
+
+/// An RPC that keeps version 1 alive across two reloads: the first takes `divide`'s state
+/// over (its count must not be counted twice, once in each version), the second removes
+/// `divide` (its count must not be lost while version 1, still pointing at version 2's
+/// instances, is alive).
+#[test]
+fn counts_are_neither_doubled_nor_lost_while_an_old_version_drains() {
+    let dir = config_dir();
+    let firewall = "firewall: {field: user, deny: [mallory]}";
+    let engine =
+        Engine::open_yaml(&config(&["divide"]), dir.path(), "frontend", options()).unwrap();
+    assert_eq!(
+        rejected(&engine, &request("alice", 0)),
+        Some(Code::Internal)
+    );
+    let held = engine
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            Metadata::new(),
+            request("alice", 4),
+        )
+        .unwrap();
+    let rpc = held
+        .rpc
+        .expect("divide's response handler writes state, so the RPC waits for it");
+
+    engine
+        .reload_yaml(&config(&["divide", firewall]), dir.path())
+        .unwrap();
+    assert_eq!(engine.stats().draining, 1);
+    assert_eq!(engine.rpc_counters(), counts(0, 1));
+    assert_eq!(rejected(&engine, &request("bob", 0)), Some(Code::Internal));
+    assert_eq!(engine.rpc_counters(), counts(0, 2));
+
+    engine
+        .reload_yaml(&config(&[firewall]), dir.path())
+        .unwrap();
+    assert_eq!(engine.rpc_counters(), counts(0, 2));
+
+    engine
+        .process_response(
+            rpc,
+            weft_runtime::ServerResponse::Ok {
+                message: two_strings("hello", "echo-0"),
+                metadata: Metadata::new(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        engine.stats().freed,
+        2,
+        "versions 1 and 2 are freed with the last RPC"
+    );
+    assert_eq!(engine.rpc_counters(), counts(0, 2));
+    assert_eq!(rejected(&engine, CORRUPT), Some(Code::InvalidArgument));
+    assert_eq!(engine.rpc_counters(), counts(1, 2));
+}
