@@ -71,4 +71,8 @@ func main() {
 	// Every request's response path has run: none is left waiting (a count that grows
 	// would point at calls whose end never reached Weft).
 	fmt.Printf("[client] requests waiting for a response: %d\n", rt.WaitingRPCs())
+	// Rejections that are not policy: bytes that are not a valid message, handlers that
+	// failed at run time (none here).
+	counters := rt.Counters()
+	fmt.Printf("[client] RPCs rejected as malformed: %d, for element errors: %d\n", counters.MalformedRPCs, counters.ElementErrors)
 }
