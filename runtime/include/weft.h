@@ -207,9 +207,8 @@ uint64_t weft_version(const struct WeftRuntime *rt);
 // `rt` is NULL or a live runtime.
 uint64_t weft_rpcs_waiting(const struct WeftRuntime *rt);
 
-// Writes the runtime's counters to `*out`. An element a reload removed keeps counting until
-// its last RPC finishes; its counts are in the total from then on. Waits for a reload in
-// progress.
+// Writes the runtime's counters to `*out`: every version's, an element a reload removed
+// included. Waits for a reload in progress.
 //
 // # Safety
 // `rt` is NULL or a live runtime; `out` is NULL or writable.
