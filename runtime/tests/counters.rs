@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{examples, options, two_strings};
+use common::{echo_dir_with_elements, options, two_strings};
 use weft_hostcalls::Code;
-use weft_runtime::{Engine, Metadata, RpcCounters, Side, Verdict};
+use weft_runtime::{Engine, Metadata, Rpc, RpcCounters, ServerResponse, Side, Verdict};
 
 /// The client side of `frontend->echo` with `elements` (YAML list items), the test elements
 /// beside the config.
@@ -20,19 +20,7 @@ fn config(elements: &[&str]) -> String {
 }
 
 fn config_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        examples().join("echo/echo.proto"),
-        dir.path().join("echo.proto"),
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("elements")).unwrap();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/elements/divide.weft"),
-        dir.path().join("elements/divide.weft"),
-    )
-    .unwrap();
-    dir
+    echo_dir_with_elements(&[("divide.weft", include_str!("elements/divide.weft"))])
 }
 
 /// SayRequest{user, body, priority}.
@@ -60,20 +48,25 @@ fn rejected(engine: &Engine, message: &[u8]) -> Option<Code> {
         Verdict::Forward(_) | Verdict::Route { .. } => {
             // The response comes back, so the RPC's version is not kept waiting.
             if let Some(rpc) = out.rpc {
-                engine
-                    .process_response(
-                        rpc,
-                        weft_runtime::ServerResponse::Ok {
-                            message: two_strings("hello", "echo-0"),
-                            metadata: Metadata::new(),
-                        },
-                    )
-                    .unwrap();
+                answer(engine, rpc);
             }
             None
         }
         Verdict::Reply(_) => panic!("no element here replies"),
     }
+}
+
+/// The server's answer to `rpc`, through its response path.
+fn answer(engine: &Engine, rpc: Rpc) {
+    engine
+        .process_response(
+            rpc,
+            ServerResponse::Ok {
+                message: two_strings("hello", "echo-0"),
+                metadata: Metadata::new(),
+            },
+        )
+        .unwrap();
 }
 
 fn counts(malformed: u64, element_errors: u64) -> RpcCounters {
@@ -172,15 +165,7 @@ fn counts_are_neither_doubled_nor_lost_while_an_old_version_drains() {
         .unwrap();
     assert_eq!(engine.rpc_counters(), counts(0, 2));
 
-    engine
-        .process_response(
-            rpc,
-            weft_runtime::ServerResponse::Ok {
-                message: two_strings("hello", "echo-0"),
-                metadata: Metadata::new(),
-            },
-        )
-        .unwrap();
+    answer(&engine, rpc);
     assert_eq!(
         engine.stats().freed,
         2,

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use common::{options, two_strings};
+use common::{echo_dir_with_elements, options, two_strings};
 use weft_runtime::{Engine, Metadata, Reloaded, ServerResponse, Side, Verdict};
 
 const RELOADS: u64 = 100;
@@ -58,18 +58,7 @@ fn header<'a>(m: &'a Metadata, k: &str) -> &'a str {
 
 #[test]
 fn four_threads_while_reloading_100_times() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        common::examples().join("echo/echo.proto"),
-        dir.path().join("echo.proto"),
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("elements")).unwrap();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/elements/tag.weft"),
-        dir.path().join("elements/tag.weft"),
-    )
-    .unwrap();
+    let dir = echo_dir_with_elements(&[("tag.weft", include_str!("elements/tag.weft"))]);
     let client = Engine::open_yaml(&yaml(0), dir.path(), "frontend", options()).unwrap();
     let server = Engine::open_yaml(&yaml(0), dir.path(), "echo", options()).unwrap();
     let done = AtomicBool::new(false);

@@ -7,7 +7,10 @@
 
 mod common;
 
-use common::{Seen, echo_edge, examples, no_metadata, options, round_trip, two_strings};
+use common::{
+    Seen, echo_dir_with_elements, echo_edge, examples, no_metadata, options, round_trip,
+    two_strings,
+};
 use std::sync::Arc;
 use weft_hostcalls::Code;
 
@@ -208,14 +211,7 @@ fn server_passes(server: &Engine) -> bool {
 
 #[test]
 fn state_written_while_a_reload_builds_is_carried_over() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        examples().join("echo/echo.proto"),
-        dir.path().join("echo.proto"),
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("elements")).unwrap();
-    std::fs::write(dir.path().join("elements/countdown.weft"), COUNTDOWN).unwrap();
+    let dir = echo_dir_with_elements(&[("countdown.weft", COUNTDOWN)]);
     let clock = Arc::new(HookClock {
         hook: std::sync::Mutex::new(None),
     });

@@ -48,6 +48,22 @@ pub fn two_strings(a: &str, b: &str) -> Vec<u8> {
     out
 }
 
+/// A temporary directory for configs with `element_paths: [elements]`: `echo.proto` from
+/// `examples/echo`, and `elements/` holding `elements` as (file name, source).
+pub fn echo_dir_with_elements(elements: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        examples().join("echo/echo.proto"),
+        dir.path().join("echo.proto"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("elements")).unwrap();
+    for (name, source) in elements {
+        std::fs::write(dir.path().join("elements").join(name), source).unwrap();
+    }
+    dir
+}
+
 pub fn no_metadata() -> Metadata {
     Metadata::new()
 }
