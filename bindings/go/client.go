@@ -99,7 +99,7 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 		defer extra.Free()
 	}
 	if rpc == 0 {
-		return unmarshalInto(b, replyMsg, "the server")
+		return r.decodeReply(b, replyMsg)
 	}
 	s.msg.set(b)
 	rm.encode(s)
@@ -154,7 +154,18 @@ func (r *Runtime) clientResponse(s *callState, m cstr, rpc uint64, method string
 	if s.messageChanged() {
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's rewritten reply")
 	}
-	return unmarshalInto(s.msg.bytes(), replyMsg, "the server")
+	return r.decodeReply(s.msg.bytes(), replyMsg)
+}
+
+// decodeReply decodes the bytes a server sent; bytes that do not decode fail the call with
+// INTERNAL, as in grpc-go, and are counted (Counters) unless an element read them: then the
+// library counted them and rejected the call itself.
+func (r *Runtime) decodeReply(b []byte, m proto.Message) error {
+	err := unmarshalInto(b, m, "the server")
+	if err != nil {
+		r.malformed.Add(1)
+	}
+	return err
 }
 
 // clientErrorResponse runs the response path for a failed RPC, so elements before the failure
@@ -466,7 +477,7 @@ func (c *clientStream) response(cs grpc.ClientStream, s *callState, msg proto.Me
 	rpc := c.pending.pop()
 	if rpc == 0 {
 		if c.codec {
-			return unmarshalInto(s.msg.bytes(), msg, "the server")
+			return c.r.decodeReply(s.msg.bytes(), msg)
 		}
 		return nil
 	}

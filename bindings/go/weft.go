@@ -59,9 +59,9 @@ type Runtime struct {
 	// records collects channel records for WithRecords; nil without it.
 	records *recordPump
 
-	// malformed counts the requests this package rejected as not a valid message before
-	// the library saw them as one (see Counters); closed keeps the library's counters
-	// from Close on.
+	// malformed counts the messages this package found not to be a valid message where
+	// no element had read them (see Counters); closed keeps the library's counters from
+	// Close on.
 	malformed atomic.Uint64
 	closed    Counters
 }
@@ -69,9 +69,10 @@ type Runtime struct {
 // Counters is what went wrong with RPCs over a Runtime's life, every configuration
 // version included.
 type Counters struct {
-	// MalformedRPCs: requests and stream messages rejected with INVALID_ARGUMENT because
-	// their bytes are not a valid message (read by an element, or decoded by the server for
-	// its handler), and responses an element read that were not.
+	// MalformedRPCs: messages whose bytes are not a valid message. Requests and stream
+	// messages are rejected with INVALID_ARGUMENT (an element read them, or the server
+	// decoded them for its handler); a reply fails its call with INTERNAL, as in grpc-go,
+	// or with the status the chain gave when an element read it.
 	MalformedRPCs uint64
 	// ElementErrors: RPCs rejected with INTERNAL because an element's handler failed at
 	// run time (integer division by zero, an index out of range, ...).

@@ -3,6 +3,7 @@ package weft_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -319,6 +320,42 @@ func callWithCorruptPayload(t *testing.T, server string) error {
 		t.Fatalf("counters after one corrupt request: %+v", c)
 	}
 	return err
+}
+
+// A reply that does not decode fails the call with INTERNAL, as in grpc-go, and is counted,
+// whether or not the client chain has a response path.
+func TestCorruptReplyIsCounted(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A server that answers every call with bytes that are not a SayReply: field 1 claims
+	// 100 bytes and has 2.
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+			var in []byte
+			if err := stream.RecvMsg(&in); err != nil {
+				return err
+			}
+			out := []byte{0x0a, 0x64, 'h', 'i'}
+			return stream.SendMsg(&out)
+		}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	for _, client := range []string{"firewall: {field: user, deny: [mallory]}", "metrics"} {
+		rt := open(t, edge("echo.Echo/Say", "    client:\n      - "+client+"\n"), "frontend")
+		conn, err := grpc.NewClient(lis.Addr().String(), append(rt.DialOptions(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = echopb.NewEchoClient(conn).Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+		_ = conn.Close()
+		wantCode(t, err, codes.Internal, "")
+		if c := rt.Counters(); c != (weft.Counters{MalformedRPCs: 1}) {
+			t.Fatalf("%s: counters after one corrupt reply: %+v", client, c)
+		}
+	}
 }
 
 // An element that fails at run time rejects the RPC with INTERNAL and is counted, and the
