@@ -45,6 +45,9 @@ function median(a, n,   i, j, t) {
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
   return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
+# Quartiles by nearest rank, of an array median() has sorted: the spread of the rounds.
+function q1(a, n) { return a[int((n + 3) / 4)] }
+function q3(a, n) { return a[int((3 * n + 3) / 4)] }
 END {
   split("before after", bins, " ")
   nv = 0; n = split(variants, all, " "); for (i = 1; i <= n; i++) if (all[i] != "none") vs[++nv] = all[i]
@@ -54,8 +57,17 @@ END {
     printf "%-22s ns/op %8.0f\n", "none", median(base, rounds)
     for (k = 1; k <= nv; k++) {
       for (r = 1; r <= rounds; r++) { d[r] = ns[r, bins[b], vs[k]] - ns[r, bins[b], "none"]; c[r] = cpu[r, bins[b], vs[k]] - cpu[r, bins[b], "none"] }
-      add[vs[k]] = median(d, rounds); addc[vs[k]] = median(c, rounds)
-      printf "%-22s added %6.2f us latency, %6.2f us CPU\n", vs[k], add[vs[k]] / 1000, addc[vs[k]] / 1000
+      add[vs[k]] = median(d, rounds); lo = q1(d, rounds); hi = q3(d, rounds); addc[vs[k]] = median(c, rounds)
+      printf "%-22s added %6.2f us latency (quartiles %.2f-%.2f), %6.2f us CPU\n", vs[k], add[vs[k]] / 1000, lo / 1000, hi / 1000, addc[vs[k]] / 1000
+    }
+    # The ratio within each round, which cancels a change of load between rounds.
+    if (("weft" in add) && ("handwritten" in add)) {
+      m = 0
+      for (r = 1; r <= rounds; r++) {
+        h = ns[r, bins[b], "handwritten"] - ns[r, bins[b], "none"]
+        if (h > 0) rr[++m] = (ns[r, bins[b], "weft"] - ns[r, bins[b], "none"]) / h
+      }
+      if (m > 0) printf "per-round ratio weft / handwritten: median %.2f, quartiles %.2f-%.2f\n", median(rr, m), q1(rr, m), q3(rr, m)
     }
     if (("weft" in add) && ("handwritten" in add) && add["handwritten"] != 0 && addc["handwritten"] != 0)
       printf "ratio weft / handwritten: latency %.2f, CPU %.2f\n", add["weft"] / add["handwritten"], addc["weft"] / addc["handwritten"]
