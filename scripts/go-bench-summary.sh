@@ -35,7 +35,10 @@ END {
             if (!(name in n)) continue
             m[vs[k]] = median(name, "ns"); mc[vs[k]] = median(name, "cpu")
             if (cpu[name, 1] == "") mc[vs[k]] = ""
-            if (mc[vs[k]] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]], mc[vs[k]] - bc
+            # Added CPU only against a `none` that reports CPU too (weft-records alone does in
+            # the interceptor groups, where its CPU includes collecting the records).
+            if (mc[vs[k]] != "" && cpu[base, 1] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]], mc[vs[k]] - bc
+            else if (mc[vs[k]] != "") printf "%-28s %10.0f %10s %10s %12.0f %14.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b, mc[vs[k]]
             else printf "%-28s %10.0f %10s %10s %12.0f\n", name, m[vs[k]], bytes[name], allocs[name], m[vs[k]] - b
         }
         if (!("weft" in m) || !("handwritten" in m)) { print ""; continue }
