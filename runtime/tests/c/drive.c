@@ -140,6 +140,7 @@ int main(int argc, char **argv) {
            "after one corrupt payload: malformed %llu, element errors %llu",
            (unsigned long long)counters.malformed, (unsigned long long)counters.element_errors);
     EXPECT(weft_counters(client, NULL) == WEFT_E_ARGUMENT, "weft_counters with NULL out");
+    EXPECT(weft_counters(NULL, &counters) == WEFT_E_ARGUMENT, "weft_counters with a NULL runtime");
 
     /* A metadata buffer too small: the call keeps its outputs for weft_call_output. */
     uint8_t req[64];
