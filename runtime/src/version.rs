@@ -196,12 +196,18 @@ struct SegmentState {
     /// ([`Segment::lock`]), so what they write is neither lost nor split from what the
     /// newer version's RPCs write.
     successor: OnceLock<Successor>,
-    /// Where the counts of instances no later version took over go when this is dropped.
-    counters: Arc<VersionCounters>,
+    /// Where the counts of instances no later version took over go when this is dropped;
+    /// set when its version is installed. A version built but never installed (a reload
+    /// that failed, or changed nothing) retires nothing: counts it copied from the current
+    /// version are still counted there.
+    counters: OnceLock<Arc<VersionCounters>>,
 }
 
 impl Drop for SegmentState {
     fn drop(&mut self) {
+        let Some(counters) = self.counters.get() else {
+            return;
+        };
         let successor = self.successor.get();
         let instances = self
             .instances
@@ -209,10 +215,10 @@ impl Drop for SegmentState {
             .unwrap_or_else(PoisonError::into_inner);
         for (i, inst) in instances.iter().enumerate() {
             if !taken_over(successor, i) {
-                self.counters
+                counters
                     .retired_malformed
                     .fetch_add(inst.malformed, Ordering::Relaxed);
-                self.counters
+                counters
                     .retired_errors
                     .fetch_add(inst.errors, Ordering::Relaxed);
             }
@@ -422,8 +428,9 @@ impl Drop for Version {
 }
 
 impl Version {
-    /// Lets the engine's counters find this version's instances. Called when it is
-    /// installed: until then its segments must not be shared ([`Version::take_over_state`]).
+    /// Lets the engine's counters find this version's instances, and its segments retire
+    /// their counts when dropped. Called when it is installed: until then its segments must
+    /// not be shared ([`Version::take_over_state`]).
     pub(crate) fn register_segments(&self) {
         let mut states = self
             .counters
@@ -431,7 +438,11 @@ impl Version {
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        states.extend(self.segments.iter().map(|seg| Arc::downgrade(&seg.state)));
+        for seg in &self.segments {
+            // Installed once: a version is registered when it becomes current, only then.
+            let _ = seg.state.counters.set(Arc::clone(&self.counters));
+            states.push(Arc::downgrade(&seg.state));
+        }
     }
 
     pub fn route(&self, side: Side, method: &str) -> Option<MethodRoute> {
@@ -597,9 +608,7 @@ pub(crate) fn build(
                     .iter()
                     .find(|seg| seg.edge == edge.name && seg.side == side)
             });
-            let segment = build_segment(
-                &loaded, &layout, side, service, options, &shared, counters, before,
-            )?;
+            let segment = build_segment(&loaded, &layout, side, service, options, &shared, before)?;
             let index = version.segments.len();
             let routes = match side {
                 Side::Client => &mut version.client,
@@ -635,9 +644,6 @@ pub fn side_name(side: Side) -> &'static str {
     }
 }
 
-// The version's parts a segment is built from; a struct for them would exist only for this
-// call.
-#[allow(clippy::too_many_arguments)]
 fn build_segment(
     loaded: &LoadedEdge,
     layout: &Layout,
@@ -645,7 +651,6 @@ fn build_segment(
     service: &str,
     options: &EngineOptions,
     shared: &SharedState,
-    counters: &Arc<VersionCounters>,
     before: Option<&Segment>,
 ) -> Result<Segment, EngineError> {
     let edge = &loaded.edge;
@@ -731,7 +736,7 @@ fn build_segment(
         state: Arc::new(SegmentState {
             instances: Mutex::new(instances),
             successor: OnceLock::new(),
-            counters: Arc::clone(counters),
+            counters: OnceLock::new(),
         }),
         methods,
         take_over,
