@@ -208,7 +208,7 @@ uint64_t weft_version(const struct WeftRuntime *rt);
 uint64_t weft_rpcs_waiting(const struct WeftRuntime *rt);
 
 // Writes the runtime's counters to `*out`: every version's, an element a reload removed
-// included. Waits for a reload in progress.
+// included. Waits while a reload installs its version (not while it builds it).
 //
 // # Safety
 // `rt` is NULL or a live runtime; `out` is NULL or writable.

@@ -371,6 +371,9 @@ pub(crate) struct Inner {
     table: ArcSwap<Table>,
     /// Serialises reloads (never taken by RPCs).
     reload_lock: Mutex<()>,
+    /// Held while a reload copies state and counts to the new version and installs it (a
+    /// short part of a reload), so counters are never summed halfway through.
+    install_lock: Mutex<()>,
     counters: Arc<VersionCounters>,
     next_install: AtomicU64,
     next_rpc: AtomicU64,
@@ -437,6 +440,7 @@ impl Engine {
                 older: Vec::new(),
             }),
             reload_lock: Mutex::new(()),
+            install_lock: Mutex::new(()),
             counters,
             next_install: AtomicU64::new(2),
             next_rpc: AtomicU64::new(1),
@@ -484,7 +488,8 @@ impl Engine {
     }
 
     /// RPCs rejected for malformed messages and for elements' run-time errors, so far, over
-    /// every version (an element a reload removed included). Waits for a reload in progress.
+    /// every version (an element a reload removed included). Waits while a reload installs
+    /// its version, not while it builds it.
     pub fn rpc_counters(&self) -> RpcCounters {
         self.inner.rpc_counters()
     }
@@ -838,11 +843,11 @@ impl Inner {
         }
     }
 
-    /// Waits for a reload in progress: mid-reload, counts are being copied to the next
-    /// version.
+    /// Waits for a reload's install, when counts are being copied to the next version (not
+    /// for its build).
     pub(crate) fn rpc_counters(&self) -> RpcCounters {
-        let _serial = self
-            .reload_lock
+        let _installed = self
+            .install_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (malformed, element_errors) = self.counters.rejected();
@@ -896,6 +901,10 @@ impl Inner {
             // Same content, same stamp: installing it again would only reset element state.
             return Ok(Reloaded::Unchanged(current.current.number));
         }
+        let _installing = self
+            .install_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         // The state is copied now, with the current version's segments locked until the new
         // one is installed: what RPCs wrote during the build is carried over.
         let taken = built.take_over_state(&current.current)?;

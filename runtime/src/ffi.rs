@@ -742,7 +742,7 @@ pub unsafe extern "C" fn weft_rpcs_waiting(rt: *const WeftRuntime) -> u64 {
 }
 
 /// Writes the runtime's counters to `*out`: every version's, an element a reload removed
-/// included. Waits for a reload in progress.
+/// included. Waits while a reload installs its version (not while it builds it).
 ///
 /// # Safety
 /// `rt` is NULL or a live runtime; `out` is NULL or writable.

@@ -111,7 +111,7 @@ impl std::fmt::Debug for Segments {
 impl VersionCounters {
     /// Malformed messages and run-time errors counted so far: by instances that are gone, and
     /// by every live instance whose state no later version took over (a taken-over
-    /// instance's counts went with its state). Call it with reloads excluded: during one,
+    /// instance's counts went with its state). Call it with installs excluded: during one,
     /// counts are being copied to the next version.
     pub(crate) fn rejected(&self) -> (u64, u64) {
         // Held while counting, so none of them is dropped (retiring its counts) between
