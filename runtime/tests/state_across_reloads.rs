@@ -226,6 +226,15 @@ fn state_written_while_a_reload_builds_is_carried_over() {
     let seen = Arc::clone(&fired);
     *clock.hook.lock().unwrap() = Some(Box::new(move || {
         assert!(server_passes(&during), "the first of two");
+        // The counters answer while the build runs (they wait only for the install).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counted = Arc::clone(&during);
+        std::thread::spawn(move || tx.send(counted.rpc_counters()));
+        let counters = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert!(
+            counters.is_ok(),
+            "the counters waited for the reload's build"
+        );
         seen.store(true, std::sync::atomic::Ordering::SeqCst);
     }));
     installed(server.reload_yaml(&two_edges(101), dir.path()).unwrap());
