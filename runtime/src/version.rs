@@ -91,8 +91,8 @@ pub struct VersionCounters {
     /// Malformed messages and run-time errors counted by instances that are gone: those of
     /// elements a reload removed, added when their segment's last RPC finished. An instance
     /// a later version took over passes its counts on instead ([`copy_state`]).
-    pub retired_malformed: AtomicU64,
-    pub retired_errors: AtomicU64,
+    retired_malformed: AtomicU64,
+    retired_errors: AtomicU64,
     /// Every segment's instances while they live, whichever version they belong to.
     segments: Segments,
 }
@@ -130,13 +130,9 @@ impl VersionCounters {
             self.retired_errors.load(Ordering::Relaxed),
         );
         for state in &alive {
-            let successor = state.successor.get();
-            for (i, inst) in state.instances().iter().enumerate() {
-                if !taken_over(successor, i) {
-                    counts.0 += inst.malformed;
-                    counts.1 += inst.errors;
-                }
-            }
+            let (malformed, errors) = kept_counts(&state.instances(), state.successor.get());
+            counts.0 += malformed;
+            counts.1 += errors;
         }
         counts
     }
@@ -208,27 +204,30 @@ impl Drop for SegmentState {
         let Some(counters) = self.counters.get() else {
             return;
         };
-        let successor = self.successor.get();
         let instances = self
             .instances
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        for (i, inst) in instances.iter().enumerate() {
-            if !taken_over(successor, i) {
-                counters
-                    .retired_malformed
-                    .fetch_add(inst.malformed, Ordering::Relaxed);
-                counters
-                    .retired_errors
-                    .fetch_add(inst.errors, Ordering::Relaxed);
-            }
-        }
+        let (malformed, errors) = kept_counts(instances, self.successor.get());
+        counters
+            .retired_malformed
+            .fetch_add(malformed, Ordering::Relaxed);
+        counters.retired_errors.fetch_add(errors, Ordering::Relaxed);
     }
 }
 
-/// Whether a later version took over instance `i`'s state.
-fn taken_over(successor: Option<&Successor>, i: usize) -> bool {
-    successor.is_some_and(|s| s.instance.get(i).copied().flatten().is_some())
+/// The malformed messages and run-time errors counted by those of `instances` whose state
+/// no later version took over (a taken-over instance's counts went with its state).
+fn kept_counts(instances: &[Instance], successor: Option<&Successor>) -> (u64, u64) {
+    let taken_over =
+        |i: usize| successor.is_some_and(|s| s.instance.get(i).copied().flatten().is_some());
+    instances
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !taken_over(i))
+        .fold((0, 0), |(m, e), (_, inst)| {
+            (m + inst.malformed, e + inst.errors)
+        })
 }
 
 impl SegmentState {
