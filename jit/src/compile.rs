@@ -48,6 +48,7 @@ pub struct Compiled {
     module: Mutex<Option<JITModule>>,
 }
 
+#[allow(unsafe_code)]
 impl Drop for Compiled {
     fn drop(&mut self) {
         let module = match self.module.get_mut() {
@@ -179,6 +180,7 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         // SAFETY: both pointers are functions this module just finalised with the segment
         // signature (one pointer-sized argument, no result), which is `SegmentFn` on the C
         // ABI; the module outlives the pointers (they are dropped with `Compiled`).
+        #[allow(unsafe_code)]
         let (req, resp) = unsafe {
             (
                 std::mem::transmute::<*const u8, SegmentFn>(req),

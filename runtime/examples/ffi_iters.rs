@@ -8,7 +8,8 @@
 //! client call then its server calls, as the echo benchmark's process does (and any service
 //! that calls others while it serves): its count against the sum of `client` and `server`
 //! shows what the two runtimes cost each other.
-
+// Drives the library through its C ABI, as a binding does.
+#![allow(unsafe_code)]
 // An example binary: a failed unwrap is a failed run, with its message.
 #![allow(clippy::unwrap_used)]
 

@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod error;
+#[allow(unsafe_code)]
 pub mod ffi;
 mod handles;
 pub mod metadata;

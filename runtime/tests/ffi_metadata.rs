@@ -1,7 +1,8 @@
 //! The C ABI hands elements only the metadata keys they can observe; every other key must
 //! come back unchanged whenever the chain returns new metadata. And what one call leaves
 //! behind for reuse (its message's buffers) must never show in the next.
-
+// Drives the library through its C ABI, as a binding does.
+#![allow(unsafe_code)]
 // Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
