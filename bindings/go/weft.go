@@ -79,7 +79,8 @@ type Counters struct {
 	ElementErrors uint64
 }
 
-// Counters returns the Runtime's counters; after Close, their values at Close.
+// Counters returns the Runtime's counters. After Close the library's part keeps its value
+// at Close; calls that were already waiting for a reply still count an undecodable one.
 func (r *Runtime) Counters() Counters {
 	r.mu.RLock()
 	c := r.closed

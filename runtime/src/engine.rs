@@ -347,7 +347,11 @@ struct Table {
 pub struct VersionStats {
     /// The current version's install number.
     pub current: u64,
+    /// Versions made current: the first, and one per reload that changed something. A
+    /// reload that failed or changed nothing builds a version and drops it, counted in
+    /// neither this nor `freed`.
     pub installed: u64,
+    /// Installed versions freed after their last RPC.
     pub freed: u64,
     /// Versions not current that are still alive (RPCs running in them).
     pub draining: usize,
@@ -430,8 +434,8 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
         let counters = Arc::new(VersionCounters::default());
-        let first = build(&source, service, &options, 1, &counters, None)?;
-        first.register_segments();
+        let mut first = build(&source, service, &options, 1, &counters, None)?;
+        first.mark_installed();
         let inner = Arc::new(Inner {
             service: service.to_owned(),
             source: Mutex::new(source),
@@ -901,14 +905,14 @@ impl Inner {
             // Same content, same stamp: installing it again would only reset element state.
             return Ok(Reloaded::Unchanged(current.current.number));
         }
-        let _installing = self
+        let installing = self
             .install_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         // The state is copied now, with the current version's segments locked until the new
         // one is installed: what RPCs wrote during the build is carried over.
         let taken = built.take_over_state(&current.current)?;
-        built.register_segments();
+        built.mark_installed();
         self.next_install.fetch_add(1, Ordering::Relaxed);
         let mut older: Vec<Weak<Version>> = current
             .older
@@ -924,6 +928,9 @@ impl Inner {
             older,
         }));
         taken.hand_over();
+        drop(installing);
+        // Outside the install lock: if no RPC runs in the replaced version, this frees it,
+        // its code included, and a scrape of the counters need not wait for that.
         drop(current);
         Ok(Reloaded::Installed(number))
     }

@@ -41,7 +41,9 @@ pub enum ConfigSource {
 
 /// Receives every channel record (`send(rpc, log)`) the elements emit, with the method of
 /// the RPC that emitted it (`None` for records of `init`), whose schema renders the
-/// messages a record may hold.
+/// messages a record may hold. It runs on the RPC's thread while the element's segment is
+/// locked, so it must not call back into the engine (a call would wait for that lock, or
+/// for a reload waiting for it); hand the record to another thread to do more.
 pub type ChannelObserver = Arc<dyn Fn(ChannelRecord, Option<&Arc<MethodSchema>>) + Send + Sync>;
 
 /// How the engine builds and runs versions.
@@ -85,8 +87,11 @@ fn seed_from_environment() -> u64 {
 /// Counters shared by every version of one engine.
 #[derive(Debug, Default)]
 pub struct VersionCounters {
+    /// Versions installed: the first, and each a reload made current.
     pub installed: AtomicU64,
-    /// Versions whose code and state were freed (dropped after their last RPC).
+    /// Installed versions whose code and state were freed (dropped after their last RPC).
+    /// A version built but never installed (a reload that failed or changed nothing) is
+    /// counted in neither.
     pub freed: AtomicU64,
     /// Malformed messages and run-time errors counted by instances that are gone: those of
     /// elements a reload removed, added when their segment's last RPC finished. An instance
@@ -98,7 +103,9 @@ pub struct VersionCounters {
 }
 
 /// The engine's segment states, held weakly: a version's segment may outlive the version
-/// (an older version's RPCs reach the state the next one took over through it).
+/// (an older version's RPCs reach the state the next one took over through it). A state
+/// leaves the list only in its own `Drop`, with this lock held while it retires its counts,
+/// so a sum that holds the lock sees every state either listed or retired, never neither.
 #[derive(Default)]
 struct Segments(Mutex<Vec<Weak<SegmentState>>>);
 
@@ -114,21 +121,31 @@ impl VersionCounters {
     /// instance's counts went with its state). Call it with installs excluded: during one,
     /// counts are being copied to the next version.
     pub(crate) fn rejected(&self) -> (u64, u64) {
-        // Held while counting, so none of them is dropped (retiring its counts) between
-        // reading the retired counts and summing it: nothing is counted twice.
-        let alive: Vec<Arc<SegmentState>> = {
-            let mut states = self
+        // The states are held while they are summed, so none is dropped (retiring its
+        // counts) between reading the retired counts and summing it: nothing counted twice.
+        let (alive, mut counts) = loop {
+            let states = self
                 .segments
                 .0
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            states.retain(|s| s.strong_count() > 0);
-            states.iter().filter_map(Weak::upgrade).collect()
+            let upgraded: Vec<Option<Arc<SegmentState>>> =
+                states.iter().map(Weak::upgrade).collect();
+            if upgraded.iter().all(Option::is_some) {
+                let retired = (
+                    self.retired_malformed.load(Ordering::Relaxed),
+                    self.retired_errors.load(Ordering::Relaxed),
+                );
+                break (upgraded.into_iter().flatten().collect::<Vec<_>>(), retired);
+            }
+            // A state is being dropped: its counts are neither readable nor retired yet.
+            // It retires them and leaves the list as soon as it gets the lock. The states
+            // upgraded here are released after the lock: one may be the last reference,
+            // and its drop takes the lock.
+            drop(states);
+            drop(upgraded);
+            std::thread::yield_now();
         };
-        let mut counts = (
-            self.retired_malformed.load(Ordering::Relaxed),
-            self.retired_errors.load(Ordering::Relaxed),
-        );
         for state in &alive {
             let (malformed, errors) = kept_counts(&state.instances(), state.successor.get());
             counts.0 += malformed;
@@ -209,10 +226,19 @@ impl Drop for SegmentState {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         let (malformed, errors) = kept_counts(instances, self.successor.get());
+        let this: *const SegmentState = self;
+        // Retired and unlisted under the list's lock, as one step for a sum ([`Segments`]).
+        let mut states = counters
+            .segments
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         counters
             .retired_malformed
             .fetch_add(malformed, Ordering::Relaxed);
         counters.retired_errors.fetch_add(errors, Ordering::Relaxed);
+        // Only compared, never dereferenced: the list's weak reference keeps the address.
+        states.retain(|s| !std::ptr::eq(s.as_ptr(), this));
     }
 }
 
@@ -418,19 +444,25 @@ pub(crate) struct Version {
     /// with this, so a write made while the version was being built is not missed.
     pub files_fingerprint: [u8; 32],
     counters: Arc<VersionCounters>,
+    /// Set by [`Version::mark_installed`].
+    installed: bool,
 }
 
 impl Drop for Version {
     fn drop(&mut self) {
-        self.counters.freed.fetch_add(1, Ordering::Relaxed);
+        if self.installed {
+            self.counters.freed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 impl Version {
-    /// Lets the engine's counters find this version's instances, and its segments retire
-    /// their counts when dropped. Called when it is installed: until then its segments must
-    /// not be shared ([`Version::take_over_state`]).
-    pub(crate) fn register_segments(&self) {
+    /// Counts this version installed, lets the engine's counters find its instances, and
+    /// its segments retire their counts when dropped. Called when it is installed: until
+    /// then its segments must not be shared ([`Version::take_over_state`]).
+    pub(crate) fn mark_installed(&mut self) {
+        self.installed = true;
+        self.counters.installed.fetch_add(1, Ordering::Relaxed);
         let mut states = self
             .counters
             .segments
@@ -590,6 +622,7 @@ pub(crate) fn build(
         files,
         files_fingerprint,
         counters: Arc::clone(counters),
+        installed: false,
     };
     for edge in mine {
         let loaded = load_edge(&config, &edge.name)?;
@@ -632,7 +665,6 @@ pub(crate) fn build(
         }
         version.layouts.push((edge.name.clone(), layout));
     }
-    counters.installed.fetch_add(1, Ordering::Relaxed);
     Ok(version)
 }
 
@@ -1004,6 +1036,17 @@ impl Version {
             taken.guards.push(old);
             taken.links.push((old_seg, Arc::clone(&seg.state), moved));
         }
+        // The scratch of RPCs in flight moves last: had a copy above failed, the reload
+        // would be abandoned and those RPCs would finish with their scratch where it was.
+        for ((_, state, moved), old) in taken.links.iter().zip(taken.guards.iter_mut()) {
+            let mut new = state.instances();
+            for (from, to) in moved.iter().enumerate() {
+                if let (Some(to), Some(from)) = (to.and_then(|t| new.get_mut(t)), old.get_mut(from))
+                {
+                    to.take_scratch_from(from);
+                }
+            }
+        }
         Ok(taken)
     }
 }
@@ -1026,7 +1069,6 @@ fn copy_state(
     }
     to.errors = from.errors;
     to.malformed = from.malformed;
-    to.take_scratch_from(from);
     Ok(())
 }
 

@@ -175,3 +175,94 @@ fn counts_are_neither_doubled_nor_lost_while_an_old_version_drains() {
     assert_eq!(rejected(&engine, CORRUPT), Some(Code::InvalidArgument));
     assert_eq!(engine.rpc_counters(), counts(1, 2));
 }
+
+/// A version freed on another thread while the counters are read: its counts go from its
+/// instances to the retired totals, and no read in between may miss them (a total that
+/// drops for a moment looks like a counter reset to a scraper). Each round adds one error
+/// in `divide`, then a reload removes `divide` while an RPC holds the old version, and
+/// another thread drops that RPC, freeing the version.
+#[test]
+fn counts_never_go_down_while_versions_are_freed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+
+    const ROUNDS: u64 = 300;
+    let dir = config_dir();
+    let firewall = "firewall: {field: user, deny: [mallory]}";
+    let with_divide = config(&[firewall, "divide"]);
+    let without = config(&[firewall]);
+    let engine = Engine::open_yaml(&with_divide, dir.path(), "frontend", options()).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let (mut last, mut reads) = (0, 0u64);
+            while !done.load(Ordering::Relaxed) {
+                let now = engine.rpc_counters().element_errors;
+                assert!(now >= last, "the error count went from {last} to {now}");
+                last = now;
+                reads += 1;
+            }
+            reads
+        });
+        let (to_dropper, held) = mpsc::channel::<Rpc>();
+        let dropper = s.spawn(move || {
+            // Dropped unanswered: a cancelled RPC, the last reference to its version.
+            for rpc in held {
+                drop(rpc);
+            }
+        });
+        for round in 1..=ROUNDS {
+            assert_eq!(
+                rejected(&engine, &request("alice", 0)),
+                Some(Code::Internal)
+            );
+            let rpc = engine
+                .process_request(
+                    Side::Client,
+                    "/echo.Echo/Say",
+                    Metadata::new(),
+                    request("alice", 4),
+                )
+                .unwrap()
+                .rpc
+                .unwrap();
+            engine.reload_yaml(&without, dir.path()).unwrap();
+            to_dropper.send(rpc).unwrap();
+            engine.reload_yaml(&with_divide, dir.path()).unwrap();
+            assert!(engine.rpc_counters().element_errors >= round);
+        }
+        drop(to_dropper);
+        dropper.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+    assert_eq!(engine.rpc_counters(), counts(0, ROUNDS));
+    let stats = engine.stats();
+    assert_eq!(stats.installed, 1 + 2 * ROUNDS);
+    assert_eq!(stats.freed, 2 * ROUNDS, "{stats:?}");
+}
+
+/// A reload that changes nothing, or fails, installs nothing: neither it nor the version it
+/// built and dropped shows in the install and free counts.
+#[test]
+fn only_installed_versions_are_counted() {
+    let dir = config_dir();
+    let yaml = config(&["divide"]);
+    let engine = Engine::open_yaml(&yaml, dir.path(), "frontend", options()).unwrap();
+    engine.reload_yaml(&yaml, dir.path()).unwrap();
+    assert!(
+        engine
+            .reload_yaml(&config(&["no_such_element"]), dir.path())
+            .is_err()
+    );
+    let stats = engine.stats();
+    assert_eq!((stats.installed, stats.freed), (1, 0), "{stats:?}");
+    engine
+        .reload_yaml(
+            &config(&["divide", "firewall: {field: user, deny: [eve]}"]),
+            dir.path(),
+        )
+        .unwrap();
+    let stats = engine.stats();
+    assert_eq!((stats.installed, stats.freed), (2, 1), "{stats:?}");
+}
