@@ -47,8 +47,16 @@ static int32_t go_weft_finish(WeftRuntime *rt, WeftCall *c, int32_t rc, char *er
 // The per-RPC calls take their pointers as integers: cgo checks every pointer argument for
 // Go memory on each call (a few percent of a call), and these all point to C memory.
 static int32_t go_weft_request(uintptr_t rt, int32_t side, uintptr_t c, uintptr_t err, size_t errcap) {
-	return go_weft_finish((WeftRuntime *)rt, (WeftCall *)c,
-	                      weft_request((WeftRuntime *)rt, side, (WeftCall *)c), (char *)err, errcap);
+	WeftCall *call = (WeftCall *)c;
+	int32_t rc = go_weft_finish((WeftRuntime *)rt, call, weft_request((WeftRuntime *)rt, side, call),
+	                            (char *)err, errcap);
+	// After WEFT_E_BUFFER the handle is already set; if the outputs still cannot be had (no
+	// memory to grow a buffer), the call fails and nobody would answer the RPC.
+	if (rc != WEFT_OK && call->rpc != 0) {
+		weft_rpc_abandon((WeftRuntime *)rt, call->rpc);
+		call->rpc = 0;
+	}
+	return rc;
 }
 
 static int32_t go_weft_response(uintptr_t rt, int32_t side, uintptr_t c, uintptr_t err, size_t errcap) {

@@ -51,7 +51,9 @@
 // An engine plus the handles of RPCs between request and response. Opaque to C.
 typedef struct WeftRuntime WeftRuntime;
 
-// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`.
+// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`. An output buffer
+// must not overlap any input of the same call (method, metadata, message, status message):
+// entries passed through unseen are still read from the input while outputs are written.
 typedef struct WeftBuf {
   uint8_t *ptr;
   size_t cap;

@@ -14,7 +14,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use weft_hostcalls::Code;
 use weft_hostcalls::text::utf8;
@@ -59,7 +60,9 @@ pub const WEFT_OBSERVES_REQUEST_MESSAGE: u32 = 1;
 /// message.
 pub const WEFT_OBSERVES_RESPONSE_MESSAGE: u32 = 2;
 
-/// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`.
+/// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`. An output buffer
+/// must not overlap any input of the same call (method, metadata, message, status message):
+/// entries passed through unseen are still read from the input while outputs are written.
 #[repr(C)]
 pub struct WeftBuf {
     pub ptr: *mut u8,
@@ -175,12 +178,48 @@ pub struct WeftRuntime {
     record_collector: Mutex<Collector>,
     rpcs: HandleTable<Rpc>,
     /// Outputs of calls that returned `WEFT_E_BUFFER`, by the address of their `WeftCall`
-    /// (rare, so one lock is fine).
-    pending: Mutex<HashMap<usize, Pending>>,
+    /// (rare, so one lock is fine). An entry lives until `weft_call_output` takes it, or
+    /// the same `WeftCall` makes another call ([`Pending::forget_stale`]).
+    pending: Pending,
+}
+
+/// The outputs kept after `WEFT_E_BUFFER`, and how many there are, so that calls need not
+/// take the lock to learn that there are none.
+#[derive(Default)]
+struct Pending {
+    kept: Mutex<HashMap<usize, Outputs>>,
+    count: AtomicUsize,
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, Outputs>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn keep(&self, call: usize, outputs: Outputs) {
+        let mut kept = self.lock();
+        kept.insert(call, outputs);
+        self.count.store(kept.len(), Ordering::Relaxed);
+    }
+
+    fn remove(&self, call: usize) {
+        let mut kept = self.lock();
+        kept.remove(&call);
+        self.count.store(kept.len(), Ordering::Relaxed);
+    }
+
+    /// A new call on a `WeftCall` whose last call left outputs uncollected: those outputs
+    /// can no longer be asked for, and a `weft_call_output` after this call must not
+    /// return them.
+    fn forget_stale(&self, call: usize) {
+        if self.count.load(Ordering::Relaxed) > 0 {
+            self.remove(call);
+        }
+    }
 }
 
 /// A call's outputs kept after `WEFT_E_BUFFER`.
-struct Pending {
+struct Outputs {
     message: Option<Vec<u8>>,
     metadata: Option<Vec<u8>>,
     route: Option<Vec<u8>>,
@@ -222,7 +261,9 @@ thread_local! {
 fn set_last_error(message: &str) {
     // An interior NUL would cut the message short in C; show it instead.
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with_borrow_mut(|e| *e = text);
+    // `try_with`: a call made while the thread exits (from a thread-local destructor) must
+    // not panic here, outside `catch_unwind`; its message is then lost, its code is not.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -349,7 +390,7 @@ fn open_with(
             records,
             record_collector: Mutex::new(Collector::default()),
             rpcs: HandleTable::new(),
-            pending: Mutex::new(HashMap::new()),
+            pending: Pending::default(),
         }));
         Ok(WEFT_OK)
     });
@@ -500,8 +541,10 @@ fn call_metadata<'a>(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mut WeftCall) -> i32 {
     guarded(|| {
+        let key = call as usize;
         // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
         let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        rt.pending.forget_stale(key);
         call.rpc = 0;
         let side = side_of(side)?;
         // SAFETY: the call's input pointers are readable (this function's contract).
@@ -522,12 +565,14 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         let out = rt
             .engine
             .run_request_from(prepared, metadata.visible, input.message)?;
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded)?;
+        // Handed out only once the call succeeds: after an error (or a panic, which drops
+        // it) the caller has no handle to answer, so the RPC ends here as cancelled.
         if let Some(rpc) = out.rpc {
             call.rpc = rt.rpcs.insert(rpc);
         }
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
         engine::recycle(out.verdict);
-        rc
+        Ok(rc)
     })
 }
 
@@ -542,8 +587,10 @@ pub unsafe extern "C" fn weft_response(
     call: *mut WeftCall,
 ) -> i32 {
     guarded(|| {
+        let key = call as usize;
         // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
         let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        rt.pending.forget_stale(key);
         side_of(side)?;
         // SAFETY: the call's input pointers are readable (this function's contract).
         let input = unsafe { read_input(call)? };
@@ -597,7 +644,7 @@ pub unsafe extern "C" fn weft_call_output(rt: *mut WeftRuntime, call: *mut WeftC
         let key = call as usize;
         // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
         let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
-        let mut pending = rt.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = rt.pending.lock();
         let Some(p) = pending.get(&key) else {
             return Err(FfiError::argument(
                 "this call has no pending output (weft_call_output follows a WEFT_E_BUFFER on the same WeftCall)",
@@ -607,6 +654,13 @@ pub unsafe extern "C" fn weft_call_output(rt: *mut WeftRuntime, call: *mut WeftC
             & fits(&call.out_metadata, p.metadata.as_deref())
             & fits(&call.route, p.route.as_deref());
         if !fits {
+            // As after the call that kept them: each `len` says the size needed.
+            call.out_message.len = p.message.as_ref().map_or(0, Vec::len);
+            call.out_metadata.len = p.metadata.as_ref().map_or(0, Vec::len);
+            call.route.len = p.route.as_ref().map_or(0, Vec::len);
+            set_last_error(
+                "an output buffer is still too small: each WeftBuf.len holds the size needed",
+            );
             return Ok(WEFT_E_BUFFER);
         }
         // SAFETY: every buffer was checked to hold its output; the caller guarantees each is
@@ -616,7 +670,8 @@ pub unsafe extern "C" fn weft_call_output(rt: *mut WeftRuntime, call: *mut WeftC
             copy_out(&mut call.out_metadata, p.metadata.as_deref());
             copy_out(&mut call.route, p.route.as_deref());
         }
-        pending.remove(&key);
+        drop(pending);
+        rt.pending.remove(key);
         Ok(WEFT_OK)
     })
 }
@@ -962,15 +1017,12 @@ fn write_verdict(
         call.out_message.len = message.map_or(0, <[u8]>::len);
         call.out_metadata.len = metadata_len.unwrap_or(0);
         call.route.len = route.map_or(0, <[u8]>::len);
-        let pending = Pending {
+        let outputs = Outputs {
             message: message.map(<[u8]>::to_vec),
             metadata: metadata.map(|m| metadata::encode(m, passthrough)),
             route: route.map(<[u8]>::to_vec),
         };
-        rt.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(call as *mut WeftCall as usize, pending);
+        rt.pending.keep(call as *mut WeftCall as usize, outputs);
         set_last_error(
             "an output buffer is too small: each WeftBuf.len holds the size needed; grow them and call weft_call_output",
         );

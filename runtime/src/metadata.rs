@@ -107,8 +107,14 @@ pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String
     let mut out = Decoded::default();
     for e in entries(bytes) {
         let Entry { key, value } = e?;
+        // A `-bin` value is binary even when its bytes happen to be UTF-8: elements never
+        // see it, so whether they do cannot depend on the bytes.
         match utf8(value) {
-            Ok(v) if keys.wants(&key) && !out.visible.contains_key(key.as_ref()) => {
+            Ok(v)
+                if !key.ends_with("-bin")
+                    && keys.wants(&key)
+                    && !out.visible.contains_key(key.as_ref()) =>
+            {
                 out.visible.insert(key.into_owned(), v.to_owned());
             }
             _ => out.passthrough.push((key, Cow::Borrowed(value))),
@@ -234,6 +240,29 @@ mod tests {
         assert_eq!(all.visible.len(), 3);
         assert_eq!(all.visible["user-agent"], "grpc-go");
         assert_eq!(all.passthrough.as_slice(), [raw("trace-bin", &[0xff])]);
+    }
+
+    #[test]
+    fn binary_values_pass_through_even_when_they_are_text() {
+        // Whether an element sees a `-bin` value must not depend on its bytes; and a key's
+        // values keep their order when written back.
+        let bytes = encode(
+            &Metadata::new(),
+            &[
+                raw("trace-bin", b"looks like text"),
+                raw("trace-bin", &[0xff]),
+                raw("user", b"bob"),
+            ],
+        );
+        let d = decode(&bytes, Keys::All).unwrap();
+        assert_eq!(d.visible.keys().collect::<Vec<_>>(), ["user"]);
+        assert_eq!(
+            d.passthrough.as_slice(),
+            [
+                raw("trace-bin", b"looks like text"),
+                raw("trace-bin", &[0xff])
+            ]
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! that it missed something.
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -61,7 +62,8 @@ impl RecordQueue {
         });
     }
 
-    /// Records dropped because the queue was full, since the queue was made.
+    /// Records dropped because the queue was full, since the queue was made (and any a bug
+    /// kept from being rendered).
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
@@ -107,7 +109,17 @@ impl Collector {
                 let Some(Queued { record, method }) = self.taken.pop_front() else {
                     return Ok(written);
                 };
-                encode_into(&record, method.as_deref(), &mut self.next);
+                // A panic while rendering is a bug; it must not leave half a record in
+                // `next`, to be handed over whole later. The record is counted as dropped.
+                let next = &mut self.next;
+                let encoded = catch_unwind(AssertUnwindSafe(|| {
+                    encode_into(&record, method.as_deref(), next);
+                }));
+                if encoded.is_err() {
+                    self.next.clear();
+                    queue.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
             }
             if written + self.next.len() > room {
                 return if written == 0 {

@@ -157,6 +157,30 @@ int main(int argc, char **argv) {
     EXPECT(weft_call_output(client, &c) == WEFT_E_ARGUMENT, "outputs are handed over once");
     weft_rpc_abandon(client, c.rpc);
 
+    /* No room at all, and none given for weft_call_output either: WEFT_E_BUFFER again, with
+       each len the size needed. (Forwarded, the stamped metadata needs room; rejected by the
+       rate limiter, whose tokens run low here, the status text does.) */
+    reset(&c, "echo.Echo/Say", NULL, 0, req, two_strings(req, "carol", "small 2"));
+    c.out_message.cap = 0;
+    c.out_metadata.cap = 0;
+    EXPECT(weft_request(client, WEFT_SIDE_CLIENT, &c) == WEFT_E_BUFFER, "buffers of 0 bytes");
+    size_t need_message = c.out_message.len, need_metadata = c.out_metadata.len;
+    EXPECT(need_message + need_metadata > 0, "some output needs room");
+    c.out_message.len = 0;
+    c.out_metadata.len = 0;
+    EXPECT(weft_call_output(client, &c) == WEFT_E_BUFFER, "0 bytes are still too few");
+    EXPECT(c.out_message.len == need_message && c.out_metadata.len == need_metadata,
+           "each len must hold the size needed again: %zu and %zu, not %zu and %zu",
+           c.out_message.len, c.out_metadata.len, need_message, need_metadata);
+    weft_rpc_abandon(client, c.rpc);
+    /* The same WeftCall used for another call before collecting: the outputs it kept belong
+       to the earlier call and are forgotten, not handed over for this one. */
+    reset(&c, "echo.Echo/Say", NULL, 0, req, two_strings(req, "carol", "small 3"));
+    EXPECT(weft_request(client, WEFT_SIDE_CLIENT, &c) == WEFT_OK, "request with room for its outputs");
+    EXPECT(weft_call_output(client, &c) == WEFT_E_ARGUMENT,
+           "an earlier call's kept outputs must not be handed over after a later call");
+    weft_rpc_abandon(client, c.rpc);
+
     reset(&c, "/echo.Echo/SayStream", NULL, 0, req, 0);
     EXPECT(weft_request(client, WEFT_SIDE_CLIENT, &c) == WEFT_E_NO_EDGE, "no edge covers SayStream");
     reset(&c, "/echo.Echo/Say", NULL, 0, req, 0);
