@@ -2,6 +2,8 @@ package weft
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -236,9 +238,12 @@ type clientStream struct {
 
 	pending handleQueue
 
-	mu     sync.Mutex // SendMsg and RecvMsg may run on two goroutines
-	local  [][]byte   // local replies not yet received
-	failed error
+	mu    sync.Mutex // SendMsg and RecvMsg may run on two goroutines
+	local [][]byte   // local replies not yet received
+	// answered: the chain answered a message itself. Until some message goes to the
+	// server, ending the sending side then opens no stream (errAnsweredLocally).
+	answered bool
+	failed   error
 
 	stopWatch func() bool // stops the watch on the context set up at the start
 }
@@ -258,6 +263,11 @@ func (c *clientStream) finish(err error, trailer metadata.MD) {
 	c.stopWatch()
 	c.cancel()
 }
+
+// errAnsweredLocally is the "open error" of a stream that never opened: its sending side
+// ended when the chain had answered its messages itself and none had gone to the server.
+// The caller reads the local replies, then io.EOF.
+var errAnsweredLocally = errors.New("weft: every message of the stream was answered locally")
 
 // stream opens the underlying stream on first use; md and dst are the first message's
 // rewrites (nil and "" when the caller reads before sending).
@@ -283,6 +293,9 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 
 func (c *clientStream) Header() (metadata.MD, error) {
 	cs, err := c.stream(nil, "")
+	if err == errAnsweredLocally {
+		return metadata.MD{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -306,11 +319,29 @@ func (c *clientStream) CloseSend() error {
 	if failed != nil {
 		return nil
 	}
+	// A stream none of whose messages went to the server stays unopened: opening it now
+	// would call the server with no message (a server-streaming method then fails with
+	// "no request message"), where the chain has already answered.
+	c.openMu.Lock()
+	if !c.opened && c.answeredLocally() {
+		c.opened = true
+		c.openErr = errAnsweredLocally
+	}
+	c.openMu.Unlock()
 	cs, err := c.stream(nil, "")
+	if err == errAnsweredLocally {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	return cs.CloseSend()
+}
+
+func (c *clientStream) answeredLocally() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered
 }
 
 func (c *clientStream) Context() context.Context {
@@ -327,6 +358,13 @@ func (c *clientStream) SendMsg(v any) error {
 	msg, ok := v.(proto.Message)
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
+	}
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	if failed != nil {
+		// The chain ended the stream: later messages neither run it nor go anywhere.
+		return failed
 	}
 	s := getCall()
 	defer putCall(s)
@@ -349,6 +387,7 @@ func (c *clientStream) SendMsg(v any) error {
 	case verdictReply:
 		c.mu.Lock()
 		c.local = append(c.local, append([]byte(nil), s.outMessage()...))
+		c.answered = true
 		c.mu.Unlock()
 		return nil
 	}
@@ -420,7 +459,14 @@ func (c *clientStream) RecvMsg(v any) error {
 		b := c.local[0]
 		c.local = c.local[1:]
 		c.mu.Unlock()
-		return unmarshalInto(b, msg, "the chain's local reply")
+		err := unmarshalInto(b, msg, "the chain's local reply")
+		if !c.desc.ServerStreams {
+			// The one response of a call without server streaming: the call is over, as
+			// after a response from the server. A stream opened for earlier messages is
+			// cancelled, and their requests get the caller's outcome.
+			c.finish(err, nil)
+		}
+		return err
 	}
 	failed := c.failed
 	c.mu.Unlock()
@@ -429,6 +475,10 @@ func (c *clientStream) RecvMsg(v any) error {
 	}
 
 	cs, err := c.stream(nil, "")
+	if err == errAnsweredLocally {
+		c.finish(nil, nil)
+		return io.EOF
+	}
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,7 @@ type recordPump struct {
 	handle  func(Record)
 	buf     *recordBuf
 	stop    chan struct{}
+	stopped sync.Once // Close closes stop once, however many goroutines call it
 	done    chan struct{}
 	dropped atomic.Uint64
 	// limit: the queue's size, the most one collection takes (pumpRecords).

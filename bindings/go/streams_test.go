@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -331,4 +333,118 @@ func TestConcurrentStreamEndsLeaveNothingWaiting(t *testing.T) {
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
 	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A stream the chain answers wholly by itself never reaches the server: ending its sending
+// side opens no stream, the caller reads the local replies and then io.EOF, and the call
+// releases its context. And a message sent after the chain failed the stream does not run
+// the chain again.
+func TestStreamAnsweredLocallyNeverReachesTheServer(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", `    client:
+      - cache: {field: body}
+`), "frontend")
+	var opened atomic.Int64
+	countOpens := grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		opened.Add(1)
+		return handler(srv, ss)
+	})
+	_, addr := serve(t, "echo-0", countOpens)
+	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	const method = "/echo.Echo/SayStream"
+	hello := &echopb.SayRequest{User: "alice", Body: "hello"}
+
+	// A first stream goes to the server and fills the cache.
+	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	if err := cs.SendMsg(hello); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(&reply); err != nil || reply.GetServedBy() != "echo-0" {
+		t.Fatalf("first reply %v, %v", &reply, err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(&reply); err != io.EOF {
+		t.Fatalf("the first stream ends with %v, want io.EOF", err)
+	}
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("the server saw %d streams, want 1", n)
+	}
+
+	for _, desc := range []grpc.StreamDesc{
+		{StreamName: "SayStream", ServerStreams: true},
+		{StreamName: "SayStream", ClientStreams: true, ServerStreams: true},
+		{StreamName: "SayStream", ClientStreams: true},
+	} {
+		kind := fmt.Sprintf("client streams %v, server streams %v", desc.ClientStreams, desc.ServerStreams)
+		cs, err := conn.NewStream(ctx(t), &desc, method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.SendMsg(hello); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if err := cs.CloseSend(); err != nil {
+			t.Fatalf("%s: CloseSend: %v", kind, err)
+		}
+		reply.Reset()
+		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != "hello" {
+			t.Fatalf("%s: the cached reply is %v, %v", kind, &reply, err)
+		}
+		if desc.ServerStreams {
+			if err := cs.RecvMsg(&reply); err != io.EOF {
+				t.Fatalf("%s: after the local reply the stream ends with %v, want io.EOF", kind, err)
+			}
+		}
+		if cs.Context().Err() == nil {
+			t.Fatalf("%s: the call is over but its context is still live", kind)
+		}
+		if n := opened.Load(); n != 1 {
+			t.Fatalf("%s: the server saw %d streams, want 1: the chain answered this one", kind, n)
+		}
+	}
+	if n := crt.WaitingRPCs(); n != 0 {
+		t.Fatalf("%d requests still wait", n)
+	}
+}
+
+// After the chain fails a stream, later messages get the chain's status without running
+// the chain again (a rate limiter would spend its tokens on messages that go nowhere).
+func TestStreamMessagesAfterAFailureDoNotRunTheChain(t *testing.T) {
+	var sink recordSink
+	crt := openWith(t, edge("echo.Echo/SayStream", `    client:
+      - logging
+      - firewall: {field: user, deny: [mallory]}
+`), "frontend", weft.WithRecords(sink.add))
+	_, addr := serve(t, "echo-0")
+	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := cs.SendMsg(&echopb.SayRequest{User: "mallory", Body: "one"})
+	wantCode(t, first, codes.PermissionDenied, "acl")
+	for range 3 {
+		wantCode(t, cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "two"}), codes.PermissionDenied, "acl")
+	}
+	if err := crt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// logging runs before the firewall: one request record, and its response (the
+	// rejection travelling back up), for the one message that ran the chain.
+	if n := len(sink.on("log")); n != 2 {
+		t.Fatalf("logging recorded %d records, want 2: later messages ran the chain", n)
+	}
 }

@@ -233,11 +233,7 @@ func (r *Runtime) Service() string { return r.service }
 func (r *Runtime) Close() error {
 	p := r.records
 	if p != nil {
-		select {
-		case <-p.stop:
-		default:
-			close(p.stop)
-		}
+		p.stopped.Do(func() { close(p.stop) })
 		<-p.done
 	}
 	var last []Record
