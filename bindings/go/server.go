@@ -302,7 +302,10 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			r.endRPC(sideServer, w.m, rpc, err, w.header)
 		}
 		// Headers the handler set but no message carried go out with the status.
-		if ferr := w.flushHeader(); err == nil {
+		w.sendMu.Lock()
+		ferr := w.flushHeader()
+		w.sendMu.Unlock()
+		if err == nil {
 			err = ferr
 		}
 		return err
@@ -319,10 +322,14 @@ type serverStream struct {
 	codec   bool
 	pending handleQueue
 
+	// sendMu orders the handler's send side (SetHeader, SendHeader, SendMsg, which grpc-go
+	// allows on one goroutine at a time) with RecvMsg sending a reply the chain made, on
+	// the goroutine that receives: a handler may receive on one goroutine and send on
+	// another, and grpc-go's SendMsg must not run on two at once.
+	sendMu sync.Mutex
 	// header: the response headers the handler set, held back until the first message
 	// goes out, so that the chain sees them on each response and may change them until
-	// then. SetHeader, SendHeader and SendMsg are the handler's send side, which grpc-go
-	// does not allow on two goroutines at once; so no lock.
+	// then. Guarded by sendMu.
 	header     metadata.MD
 	headerSent bool
 }
@@ -330,10 +337,14 @@ type serverStream struct {
 func (w *serverStream) Context() context.Context { return w.ctx }
 
 func (w *serverStream) SetHeader(md metadata.MD) error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
 	return holdHeader(&w.header, w.headerSent, w.ServerStream, md)
 }
 
 func (w *serverStream) SendHeader(md metadata.MD) error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
 	return sendHeaderNow(&w.header, &w.headerSent, w.ServerStream, md)
 }
 
@@ -372,7 +383,7 @@ func sendHeaderNow(held *metadata.MD, sent *bool, to headerSender, md metadata.M
 }
 
 // flushHeader hands grpc-go the held-back headers, before the first message (or the status)
-// carries them.
+// carries them. Called with sendMu held.
 func (w *serverStream) flushHeader() error {
 	if w.headerSent {
 		return nil
@@ -439,7 +450,10 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	case verdictReject:
 		return rejection(s)
 	case verdictReply:
-		if err := w.sendBytes(s.outMessage(), msg); err != nil {
+		w.sendMu.Lock()
+		err := w.sendBytes(s.outMessage(), msg)
+		w.sendMu.Unlock()
+		if err != nil {
 			return err
 		}
 		return errAnswered
@@ -478,7 +492,8 @@ func (r *Runtime) badRequest(method string, err error) error {
 }
 
 // sendBytes sends a message the chain produced. like is any message of the stream's types,
-// used to find the response type when Weft's codec is not installed.
+// used to find the response type when Weft's codec is not installed. Called with sendMu
+// held.
 func (w *serverStream) sendBytes(b []byte, like proto.Message) error {
 	if err := w.flushHeader(); err != nil {
 		return err
@@ -502,6 +517,8 @@ func (w *serverStream) SendMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", w.name, v)
 	}
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
 	rpc := w.pending.pop()
 	if rpc == 0 {
 		if err := w.flushHeader(); err != nil {

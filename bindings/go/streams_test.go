@@ -448,3 +448,131 @@ func TestStreamMessagesAfterAFailureDoNotRunTheChain(t *testing.T) {
 		t.Fatalf("logging recorded %d records, want 2: later messages ran the chain", n)
 	}
 }
+
+// A handler may receive on one goroutine and send on another, as grpc-go allows, while the
+// chain answers some received messages itself from the receiving goroutine. Every message
+// gets exactly one reply, and the two goroutines' sends and headers never overlap (`make
+// test` runs the stream tests under -race too).
+func TestServerStreamLocalRepliesAndAHandlerSendingOnAnotherGoroutine(t *testing.T) {
+	srt := open(t, edge("echo.Echo/SayStream", `    server:
+      - cache: {field: body}
+`), "echo")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	srv := grpc.NewServer(srt.ServerOptions()...)
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "echo.Echo",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "SayStream",
+			ClientStreams: true,
+			ServerStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				replies := make(chan *echopb.SayReply, 16)
+				sent := make(chan error, 1)
+				go func() {
+					// Refused when a local reply has already sent the headers.
+					_ = stream.SetHeader(metadata.Pairs("x-handler", "set"))
+					for r := range replies {
+						if err := stream.SendMsg(r); err != nil {
+							sent <- err
+							for range replies {
+							}
+							return
+						}
+					}
+					sent <- nil
+				}()
+				for {
+					var req echopb.SayRequest
+					err := stream.RecvMsg(&req)
+					if err == io.EOF {
+						close(replies)
+						return <-sent
+					}
+					if err != nil {
+						close(replies)
+						<-sent
+						return err
+					}
+					handled.Add(1)
+					replies <- &echopb.SayReply{Body: req.GetBody(), ServedBy: "handler"}
+				}
+			},
+		}},
+		Metadata: "echo.proto",
+	}, nil)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	// Sends bodies on another goroutine, then ends the sending side; returns the replies
+	// by body, and the stream's headers.
+	exchange := func(bodies []string) (map[string]int, metadata.MD) {
+		cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for _, body := range bodies {
+				if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
+					return
+				}
+			}
+			_ = cs.CloseSend()
+		}()
+		got := map[string]int{}
+		for {
+			var reply echopb.SayReply
+			err := cs.RecvMsg(&reply)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("after %d replies: %v", len(got), err)
+			}
+			got[reply.GetBody()]++
+		}
+		h, err := cs.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, h
+	}
+	// The first stream fills the server's cache with five bodies.
+	const cached, rounds = 5, 40
+	var first []string
+	for i := range cached {
+		first = append(first, fmt.Sprint("cached-", i))
+	}
+	if got, _ := exchange(first); len(got) != cached {
+		t.Fatalf("first stream: replies %v", got)
+	}
+	// On the second, cached bodies, answered on the receiving goroutine from the start,
+	// alternate with new ones, which the handler answers from its sending goroutine.
+	var second []string
+	want := map[string]int{}
+	for i := range rounds {
+		c, n := fmt.Sprint("cached-", i%cached), fmt.Sprint("new-", i)
+		second = append(second, c, n)
+		want[c]++
+		want[n]++
+	}
+	got, header := exchange(second)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("replies by body %v, want %v", got, want)
+	}
+	if n := handled.Load(); n != cached+rounds {
+		t.Fatalf("the handler answered %d messages, want %d: the cache should answer the rest", n, cached+rounds)
+	}
+	if n := len(header.Get("x-handler")); n > 1 {
+		t.Fatalf("the handler's header arrived %d times", n)
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
