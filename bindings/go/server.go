@@ -429,11 +429,28 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		if err := w.ServerStream.RecvMsg(msg); err != nil {
 			return err
 		}
-		buf, err := encodeInto(s, msg)
-		if err != nil {
-			return status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", w.name, err)
+		// Weft's server codec, installed by hand with this interceptor (not the one that
+		// reads raw bytes), kept the bytes it decoded, or failed to decode, for an
+		// interceptor to take: taken here, they neither pile up in the stash nor let a
+		// message that did not decode reach the handler.
+		if in, ok := requestBytes.take(msg); ok {
+			if in.err != nil {
+				in.free()
+				return w.r.badRequest(w.name, in.err)
+			}
+			b, extra := contiguous(in.buf)
+			s.msg.set(b)
+			if extra != nil {
+				extra.Free()
+			}
+			in.free()
+		} else {
+			buf, err := encodeInto(s, msg)
+			if err != nil {
+				return status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", w.name, err)
+			}
+			buf.Free()
 		}
-		buf.Free()
 	}
 	s.encodeMD(w.md)
 	rc := w.r.runRequest(s, sideServer, w.m)

@@ -576,3 +576,45 @@ func TestServerStreamLocalRepliesAndAHandlerSendingOnAnotherGoroutine(t *testing
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
 }
+
+// Options built by hand: Weft's server codec with the stream interceptor that works with
+// any codec. A stream message that does not decode is rejected with INVALID_ARGUMENT and
+// never reaches the handler, as with ServerOptions.
+func TestStreamWithServerCodecBuiltByHandRejectsCorruptMessages(t *testing.T) {
+	srt := open(t, edge("echo.Echo/SayStream", `    server:
+      - logging
+`), "echo")
+	impl, addr := serve(t, "echo-0",
+		grpc.ForceServerCodecV2(weft.ServerCodec()),
+		grpc.StreamInterceptor(srt.StreamServerInterceptor()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := []byte{0x0a, 0x02, 'h', 'i'} // user: "hi"
+	if err := cs.SendMsg(&good); err != nil {
+		t.Fatal(err)
+	}
+	var reply []byte
+	if err := cs.RecvMsg(&reply); err != nil {
+		t.Fatalf("a valid message: %v", err)
+	}
+	corrupt := []byte{0x0a, 0x64, 'h', 'i'} // claims 100 bytes, has 2
+	if err := cs.SendMsg(&corrupt); err != nil {
+		t.Fatal(err)
+	}
+	err = cs.RecvMsg(&reply)
+	wantCode(t, err, codes.InvalidArgument, "not a valid protobuf message")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("the handler received %d messages, want 1: the corrupt one reached it", n)
+	}
+	if c := srt.Counters(); c.MalformedRPCs != 1 {
+		t.Fatalf("counters %+v, want one malformed message", c)
+	}
+}
