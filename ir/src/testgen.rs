@@ -1987,7 +1987,9 @@ impl Gen<'_> {
     fn producible(&self, t: &Type) -> bool {
         match t {
             Type::Int | Type::Uint | Type::Float | Type::Bool | Type::Str | Type::Instant => true,
-            Type::Pair(a, b) => self.producible(a) && self.producible(b),
+            Type::Pair(a, b) => {
+                (self.producible(a) && self.producible(b)) || !self.leaves(t).is_empty()
+            }
             Type::Option(x) => self.producible(x),
             Type::Unit | Type::Channel | Type::Dyn => false,
             _ => !self.leaves(t).is_empty(),
@@ -2105,11 +2107,15 @@ impl Gen<'_> {
             Type::Pair(a, b) => match self.e.below(4) {
                 0 => self.index_get(t, d),
                 1 => self.rmw(Some(t)),
-                _ => {
+                // A pair can be producible through a whole pair in scope while one of its
+                // parts is not (a `<bytes, Instant>` state variable in `init`, where no bytes
+                // are): then only that variable will do.
+                _ if self.producible(a) && self.producible(b) => {
                     let a = self.expr(a, expect, d);
                     let b = self.expr(b, expect, d);
                     Some(ex(ExprKind::Pair(Box::new(a), Box::new(b))))
                 }
+                _ => None,
             },
             Type::Vec(_) => {
                 if self.producible(t) && self.e.chance(1, 2) {

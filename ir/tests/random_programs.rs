@@ -108,7 +108,16 @@ fn fuzz_findings() {
     let mut rmw_in_key = vec![0x26, 0x03];
     rmw_in_key.extend([0x05; 141]);
     rmw_in_key.push(0x23);
-    let findings: [&[u8]; 1] = [&rmw_in_key];
+    // A lambda returning `<bytes, Instant>` in `init`, where the only such value is a
+    // state variable: the generator built the pair from parts and put an int where the
+    // bytes go (2026-11-23).
+    let pair_without_bytes: &[u8] = &[
+        2, 116, 115, 0, 32, 0, 103, 56, 222, 2, 116, 115, 0, 32, 0, 103, 48, 222, 111, 111, 111,
+        111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111,
+        111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111,
+        33, 111, 36,
+    ];
+    let findings: [&[u8]; 2] = [&rmw_in_key, pair_without_bytes];
     for input in findings {
         let mut e = Entropy::from_bytes(input);
         let g = generate_with(&mut e, &GenConfig::default());
