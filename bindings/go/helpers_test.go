@@ -130,13 +130,31 @@ func serve(t testing.TB, name string, opts ...grpc.ServerOption) (*echoServer, s
 
 func dial(t testing.TB, target string, opts ...grpc.DialOption) echopb.EchoClient {
 	t.Helper()
+	return echopb.NewEchoClient(dialConn(t, target, opts...))
+}
+
+// dialConn is dial's connection, for streams opened with a descriptor of the test's own.
+func dialConn(t testing.TB, target string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return echopb.NewEchoClient(conn)
+	return conn
+}
+
+// openSayStream opens /echo.Echo/SayStream as desc describes it (client, server or both
+// streaming), whatever the server registered.
+func openSayStream(t testing.TB, conn *grpc.ClientConn, desc grpc.StreamDesc) grpc.ClientStream {
+	t.Helper()
+	desc.StreamName = "SayStream"
+	cs, err := conn.NewStream(ctx(t), &desc, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // open loads an inline config for one service; protos resolve against examples/echo.

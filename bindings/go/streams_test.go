@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
@@ -35,44 +34,49 @@ func waitForNoWaitingRPCs(t *testing.T, rt *weft.Runtime, who string) {
 	}
 }
 
-// serveCollector serves echo.Echo/SayStream as a client-streaming method: it reads every
-// message, then answers once with their count, and sets trailer (when not nil).
-func serveCollector(t *testing.T, trailer metadata.MD, opts ...grpc.ServerOption) string {
+// serveSayStream serves echo.Echo/SayStream with handler, registered as desc says (client,
+// server or both streaming), and returns the server's address.
+func serveSayStream(t *testing.T, desc grpc.StreamDesc, handler grpc.StreamHandler, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	desc.StreamName = "SayStream"
+	desc.Handler = handler
 	srv := grpc.NewServer(opts...)
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "echo.Echo",
 		HandlerType: (*any)(nil),
-		Streams: []grpc.StreamDesc{{
-			StreamName:    "SayStream",
-			ClientStreams: true,
-			Handler: func(_ any, stream grpc.ServerStream) error {
-				n := 0
-				for {
-					var req echopb.SayRequest
-					err := stream.RecvMsg(&req)
-					if err == io.EOF {
-						if trailer != nil {
-							stream.SetTrailer(trailer)
-						}
-						return stream.SendMsg(&echopb.SayReply{Body: fmt.Sprint(n)})
-					}
-					if err != nil {
-						return err
-					}
-					n++
-				}
-			},
-		}},
-		Metadata: "echo.proto",
+		Streams:     []grpc.StreamDesc{desc},
+		Metadata:    "echo.proto",
 	}, nil)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
+}
+
+// serveCollector serves echo.Echo/SayStream as a client-streaming method: it reads every
+// message, then answers once with their count, and sets trailer (when not nil).
+func serveCollector(t *testing.T, trailer metadata.MD, opts ...grpc.ServerOption) string {
+	t.Helper()
+	return serveSayStream(t, grpc.StreamDesc{ClientStreams: true}, func(_ any, stream grpc.ServerStream) error {
+		n := 0
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				if trailer != nil {
+					stream.SetTrailer(trailer)
+				}
+				return stream.SendMsg(&echopb.SayReply{Body: fmt.Sprint(n)})
+			}
+			if err != nil {
+				return err
+			}
+			n++
+		}
+	}, opts...)
 }
 
 // A client-streaming call sends three requests and gets one response, paired with the first.
@@ -91,11 +95,7 @@ func TestClientStreamingEndAnswersEveryRequest(t *testing.T) {
 	srt := openWith(t, yaml, "echo", weft.WithRecords(sink.add))
 	crt := open(t, yaml, "frontend")
 	addr := serveCollector(t, nil, srt.ServerOptions()...)
-	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialConn(t, addr, crt.DialOptions()...)
 	const streams = 3
 	for i := range streams {
 		cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}, "/echo.Echo/SayStream")
@@ -158,11 +158,7 @@ func TestClientStreamingResponseSeesTrailers(t *testing.T) {
 		"    client:\n      - loadcheck\n"
 	crt := open(t, cfg, "frontend")
 	addr := serveCollector(t, metadata.Pairs("x-load", "7"))
-	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialConn(t, addr, crt.DialOptions()...)
 	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}, "/echo.Echo/SayStream")
 	if err != nil {
 		t.Fatal(err)
@@ -349,19 +345,11 @@ func TestStreamAnsweredLocallyNeverReachesTheServer(t *testing.T) {
 		return handler(srv, ss)
 	})
 	_, addr := serve(t, "echo-0", countOpens)
-	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	const method = "/echo.Echo/SayStream"
+	conn := dialConn(t, addr, crt.DialOptions()...)
 	hello := &echopb.SayRequest{User: "alice", Body: "hello"}
 
 	// A first stream goes to the server and fills the cache.
-	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, method)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
 	var reply echopb.SayReply
 	if err := cs.SendMsg(hello); err != nil {
 		t.Fatal(err)
@@ -380,15 +368,12 @@ func TestStreamAnsweredLocallyNeverReachesTheServer(t *testing.T) {
 	}
 
 	for _, desc := range []grpc.StreamDesc{
-		{StreamName: "SayStream", ServerStreams: true},
-		{StreamName: "SayStream", ClientStreams: true, ServerStreams: true},
-		{StreamName: "SayStream", ClientStreams: true},
+		{ServerStreams: true},
+		{ClientStreams: true, ServerStreams: true},
+		{ClientStreams: true},
 	} {
 		kind := fmt.Sprintf("client streams %v, server streams %v", desc.ClientStreams, desc.ServerStreams)
-		cs, err := conn.NewStream(ctx(t), &desc, method)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs := openSayStream(t, conn, desc)
 		if err := cs.SendMsg(hello); err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
@@ -425,15 +410,8 @@ func TestStreamMessagesAfterAFailureDoNotRunTheChain(t *testing.T) {
       - firewall: {field: user, deny: [mallory]}
 `), "frontend", weft.WithRecords(sink.add))
 	_, addr := serve(t, "echo-0")
-	conn, err := grpc.NewClient(addr, append(crt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
 	first := cs.SendMsg(&echopb.SayRequest{User: "mallory", Body: "one"})
 	wantCode(t, first, codes.PermissionDenied, "acl")
 	for range 3 {
@@ -457,68 +435,44 @@ func TestServerStreamLocalRepliesAndAHandlerSendingOnAnotherGoroutine(t *testing
 	srt := open(t, edge("echo.Echo/SayStream", `    server:
       - cache: {field: body}
 `), "echo")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var handled atomic.Int64
-	srv := grpc.NewServer(srt.ServerOptions()...)
-	srv.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "echo.Echo",
-		HandlerType: (*any)(nil),
-		Streams: []grpc.StreamDesc{{
-			StreamName:    "SayStream",
-			ClientStreams: true,
-			ServerStreams: true,
-			Handler: func(_ any, stream grpc.ServerStream) error {
-				replies := make(chan *echopb.SayReply, 16)
-				sent := make(chan error, 1)
-				go func() {
-					// Refused when a local reply has already sent the headers.
-					_ = stream.SetHeader(metadata.Pairs("x-handler", "set"))
-					for r := range replies {
-						if err := stream.SendMsg(r); err != nil {
-							sent <- err
-							for range replies {
-							}
-							return
-						}
+	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, func(_ any, stream grpc.ServerStream) error {
+		replies := make(chan *echopb.SayReply, 16)
+		sent := make(chan error, 1)
+		go func() {
+			// Refused when a local reply has already sent the headers.
+			_ = stream.SetHeader(metadata.Pairs("x-handler", "set"))
+			for r := range replies {
+				if err := stream.SendMsg(r); err != nil {
+					sent <- err
+					for range replies {
 					}
-					sent <- nil
-				}()
-				for {
-					var req echopb.SayRequest
-					err := stream.RecvMsg(&req)
-					if err == io.EOF {
-						close(replies)
-						return <-sent
-					}
-					if err != nil {
-						close(replies)
-						<-sent
-						return err
-					}
-					handled.Add(1)
-					replies <- &echopb.SayReply{Body: req.GetBody(), ServedBy: "handler"}
+					return
 				}
-			},
-		}},
-		Metadata: "echo.proto",
-	}, nil)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+			}
+			sent <- nil
+		}()
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				close(replies)
+				return <-sent
+			}
+			if err != nil {
+				close(replies)
+				<-sent
+				return err
+			}
+			handled.Add(1)
+			replies <- &echopb.SayReply{Body: req.GetBody(), ServedBy: "handler"}
+		}
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
 	// Sends bodies on another goroutine, then ends the sending side; returns the replies
 	// by body, and the stream's headers.
 	exchange := func(bodies []string) (map[string]int, metadata.MD) {
-		cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
 		go func() {
 			for _, body := range bodies {
 				if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
@@ -587,16 +541,8 @@ func TestStreamWithServerCodecBuiltByHandRejectsCorruptMessages(t *testing.T) {
 	impl, addr := serve(t, "echo-0",
 		grpc.ForceServerCodecV2(weft.ServerCodec()),
 		grpc.StreamInterceptor(srt.StreamServerInterceptor()))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialConn(t, addr, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
 	good := []byte{0x0a, 0x02, 'h', 'i'} // user: "hi"
 	if err := cs.SendMsg(&good); err != nil {
 		t.Fatal(err)
@@ -609,8 +555,7 @@ func TestStreamWithServerCodecBuiltByHandRejectsCorruptMessages(t *testing.T) {
 	if err := cs.SendMsg(&corrupt); err != nil {
 		t.Fatal(err)
 	}
-	err = cs.RecvMsg(&reply)
-	wantCode(t, err, codes.InvalidArgument, "not a valid protobuf message")
+	wantCode(t, cs.RecvMsg(&reply), codes.InvalidArgument, "not a valid protobuf message")
 	if n := impl.calls.Load(); n != 1 {
 		t.Fatalf("the handler received %d messages, want 1: the corrupt one reached it", n)
 	}

@@ -56,6 +56,21 @@ fn rejected(engine: &Engine, message: &[u8]) -> Option<Code> {
     }
 }
 
+/// A request `divide` passes, waiting for its response (divide's response handler writes
+/// state, so the RPC waits for it): it holds its version until answered or dropped.
+fn waiting(engine: &Engine) -> Rpc {
+    engine
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            Metadata::new(),
+            request("alice", 4),
+        )
+        .unwrap()
+        .rpc
+        .expect("divide's response handler writes state, so the RPC waits for it")
+}
+
 /// The server's answer to `rpc`, through its response path.
 fn answer(engine: &Engine, rpc: Rpc) {
     engine
@@ -140,17 +155,7 @@ fn counts_are_neither_doubled_nor_lost_while_an_old_version_drains() {
         rejected(&engine, &request("alice", 0)),
         Some(Code::Internal)
     );
-    let held = engine
-        .process_request(
-            Side::Client,
-            "/echo.Echo/Say",
-            Metadata::new(),
-            request("alice", 4),
-        )
-        .unwrap();
-    let rpc = held
-        .rpc
-        .expect("divide's response handler writes state, so the RPC waits for it");
+    let rpc = waiting(&engine);
 
     engine
         .reload_yaml(&config(&["divide", firewall]), dir.path())
@@ -216,16 +221,7 @@ fn counts_never_go_down_while_versions_are_freed() {
                 rejected(&engine, &request("alice", 0)),
                 Some(Code::Internal)
             );
-            let rpc = engine
-                .process_request(
-                    Side::Client,
-                    "/echo.Echo/Say",
-                    Metadata::new(),
-                    request("alice", 4),
-                )
-                .unwrap()
-                .rpc
-                .unwrap();
+            let rpc = waiting(&engine);
             engine.reload_yaml(&without, dir.path()).unwrap();
             to_dropper.send(rpc).unwrap();
             engine.reload_yaml(&with_divide, dir.path()).unwrap();
