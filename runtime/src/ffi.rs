@@ -1000,8 +1000,11 @@ fn write_verdict(
     call.metadata_changed = i32::from(metadata.is_some());
     // The metadata `call_metadata` left undecoded (all of it passes through), decoded now
     // that it is written back. `metadata::find` checked the encoding, so this cannot fail.
+    // A local reply is a response: its metadata is its own headers, and the request's
+    // entries that passed through unseen (its `authorization`, say) stay out of it.
     let deferred;
     let passthrough = match undecoded {
+        _ if kind == WEFT_VERDICT_REPLY => &[],
         Some(bytes) if metadata.is_some() => {
             deferred = decode_metadata(bytes, Some(&[]))?.passthrough;
             deferred.as_slice()
@@ -1056,6 +1059,7 @@ mod tests {
     use weft_hostcalls::Message;
 
     use super::*;
+    use crate::engine::Forwarded;
     use crate::records::Decoded;
 
     const SERVER_METRICS: &str = "protos: [echo.proto]
@@ -1105,8 +1109,8 @@ edges:
     #[test]
     fn metadata_left_undecoded_comes_back_whole_when_a_verdict_writes_metadata() {
         // `metrics` observes no key, so a server leaves the metadata undecoded. A verdict that
-        // writes metadata back (a reply carrying headers) must still carry every entry, the
-        // non-UTF-8 one included.
+        // writes metadata back (a forward with new metadata) must still carry every entry, the
+        // non-UTF-8 one included; a local reply carries only its own headers.
         let rt = open_server();
         let mut md = Vec::new();
         entry(&mut md, "weft-version", b"from-the-client");
@@ -1125,8 +1129,15 @@ edges:
         };
         // SAFETY: `rt` is live and used by this thread only.
         let runtime = unsafe { runtime(rt) }.unwrap();
-        let verdict = Verdict::Reply(Arc::new(reply));
-        let rc = write_verdict(runtime, &mut call, &verdict, &[], undecoded).unwrap();
+        let reply = Arc::new(reply);
+        let mut forwarded = Message::request(Vec::new());
+        forwarded.headers = reply.headers.clone();
+        let forward = Verdict::Forward(Forwarded {
+            message: Arc::new(forwarded),
+            message_changed: false,
+            metadata_changed: true,
+        });
+        let rc = write_verdict(runtime, &mut call, &forward, &[], undecoded).unwrap();
         assert_eq!(rc, WEFT_OK);
         assert_eq!(call.metadata_changed, 1);
         let mut back = entries(&meta[..call.out_metadata.len]);
@@ -1138,6 +1149,15 @@ edges:
                 ("weft-version".to_owned(), b"from-the-client".to_vec()),
                 ("x-cache".to_owned(), b"hit".to_vec()),
             ]
+        );
+
+        let rc = write_verdict(runtime, &mut call, &Verdict::Reply(reply), &[], undecoded).unwrap();
+        assert_eq!(rc, WEFT_OK);
+        assert_eq!(call.metadata_changed, 1);
+        assert_eq!(
+            entries(&meta[..call.out_metadata.len]),
+            vec![("x-cache".to_owned(), b"hit".to_vec())],
+            "the request's entries must not come back as the reply's headers"
         );
 
         // A forward that changes nothing writes no metadata, so nothing is decoded.
