@@ -1395,22 +1395,25 @@ impl Gen<'_> {
         ))))
     }
 
-    fn header_name(&mut self) -> Expr {
+    /// A header name; computed from an expression of depth below `d` at most, so a name
+    /// inside a string expression cannot nest without bound (the fuzzer drove
+    /// `get_rpc_header(rpc, get_rpc_header(rpc, …))` past the parser's 64 levels).
+    fn header_name(&mut self, d: usize) -> Expr {
         match self.e.below(5) {
             0 | 1 => lit_s("dst"),
             2 => lit_s("x-gen"),
-            3 => {
+            4 if d > 0 => self.expr(&Type::Str, true, (d - 1).min(1)),
+            _ => {
                 let s = self.string_value();
                 lit_s(&s)
             }
-            _ => self.expr(&Type::Str, true, 1),
         }
     }
 
     fn set_header(&mut self) -> Option<Stmt> {
         let id = self.any_msg_local()?;
         let m = self.locals[id].name.clone();
-        let name = self.header_name();
+        let name = self.header_name(2);
         let value = self.expr(&Type::Str, true, self.cfg.max_expr_depth);
         Some(st(StmtKind::Expr(call(
             "set_rpc_header",
@@ -2467,7 +2470,7 @@ impl Gen<'_> {
             4 => {
                 let msgs = self.readable_msgs();
                 let (m, _) = self.e.pick(&msgs)?.clone();
-                let n = self.header_name();
+                let n = self.header_name(d);
                 Some(call("get_rpc_header", vec![name_e(&m), n]))
             }
             5 => {

@@ -117,7 +117,10 @@ fn fuzz_findings() {
         111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111, 111,
         33, 111, 36,
     ];
-    let findings: [&[u8]; 2] = [&rmw_in_key, pair_without_bytes];
+    // A header name inside a string expression, itself a `get_rpc_header` whose name was
+    // another, 64 levels deep: each name started a fresh depth budget (2026-11-23).
+    let nested_header_names = include_bytes!("fuzz_findings/header_name_nesting.bin");
+    let findings: [&[u8]; 3] = [&rmw_in_key, pair_without_bytes, nested_header_names];
     for input in findings {
         let mut e = Entropy::from_bytes(input);
         let g = generate_with(&mut e, &GenConfig::default());
