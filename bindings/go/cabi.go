@@ -101,6 +101,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -160,6 +161,16 @@ func (b *cbuf) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.cap)[:b.len]
 func (b *cbuf) set(data []byte) {
 	b.reserve(len(data))
 	b.len = copy(unsafe.Slice((*byte)(b.p), b.cap), data)
+}
+
+// setSlice is set for bytes in several buffers, as gRPC hands them over: copied buffer by
+// buffer, not joined in Go memory first.
+func (b *cbuf) setSlice(s mem.BufferSlice) {
+	b.reserve(s.Len())
+	b.len = 0
+	for _, part := range s {
+		b.len += copy(unsafe.Slice((*byte)(b.p), b.cap)[b.len:], part.ReadOnlyData())
+	}
 }
 
 func (b *cbuf) appendString(s string) {

@@ -100,11 +100,7 @@ func encodeInto(s *callState, m proto.Message) (mem.BufferSlice, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, extra := contiguous(buf)
-	s.msg.set(b)
-	if extra != nil {
-		extra.Free()
-	}
+	s.msg.setSlice(buf)
 	return buf, nil
 }
 

@@ -513,14 +513,9 @@ func (c *clientStream) RecvMsg(v any) error {
 // oldest request still waiting.
 func (c *clientStream) response(cs grpc.ClientStream, s *callState, msg proto.Message) error {
 	if c.codec {
-		in := s.raw.buf
+		s.msg.setSlice(s.raw.buf)
+		s.raw.buf.Free()
 		s.raw.buf = nil
-		defer in.Free()
-		b, extra := contiguous(in)
-		if extra != nil {
-			defer extra.Free()
-		}
-		s.msg.set(b)
 	} else if _, err := encodeInto(s, msg); err != nil {
 		return status.Errorf(codes.Internal, "weft: %s: encoding a stream reply: %v", c.name, err)
 	}

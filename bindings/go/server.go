@@ -205,11 +205,7 @@ func (r *Runtime) requestInto(s *callState, in *stashed, kept bool, req proto.Me
 		buf.Free()
 		return nil
 	}
-	b, extra := contiguous(in.buf)
-	s.msg.set(b)
-	if extra != nil {
-		extra.Free()
-	}
+	s.msg.setSlice(in.buf)
 	in.free()
 	return nil
 }
@@ -419,11 +415,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		if err := w.ServerStream.RecvMsg(&raw); err != nil {
 			return err
 		}
-		b, extra := contiguous(raw.buf)
-		s.msg.set(b)
-		if extra != nil {
-			extra.Free()
-		}
+		s.msg.setSlice(raw.buf)
 		raw.buf.Free()
 	} else {
 		if err := w.ServerStream.RecvMsg(msg); err != nil {
@@ -438,11 +430,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 				in.free()
 				return w.r.badRequest(w.name, in.err)
 			}
-			b, extra := contiguous(in.buf)
-			s.msg.set(b)
-			if extra != nil {
-				extra.Free()
-			}
+			s.msg.setSlice(in.buf)
 			in.free()
 		} else {
 			buf, err := encodeInto(s, msg)
