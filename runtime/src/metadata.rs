@@ -1,7 +1,7 @@
 //! The C ABI's metadata encoding: repeated `{u32 LE key_len, key, u32 LE value_len, value}`.
 //!
-//! Elements see metadata as text. A value that is not UTF-8 (gRPC `-bin` metadata) and any
-//! repeated value of a key are kept aside, unseen by elements, and written back unchanged
+//! Elements see metadata as text. A `-bin` value (binary, whatever its bytes), any other
+//! value that is not UTF-8, and any repeated value of a key are kept aside, unseen by elements, and written back unchanged
 //! whenever the chain hands the caller new metadata, so they are never lost. So is every key
 //! the segment's elements can neither read nor write ([`Keys::Only`]): decoding a header
 //! into an owned map costs allocations on every call, and most chains read none.
