@@ -105,7 +105,13 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	// INTERNAL for a codec error, but bad input from a caller is INVALID_ARGUMENT, and the
 	// chain (which reads the wire bytes) may have its own answer first.
 	data.Ref()
-	requestBytes.put(m, stashed{buf: data, err: err})
+	if !requestBytes.put(m, stashed{buf: data, err: err}) {
+		data.Free()
+		// No room to keep it: a message that decoded is marshalled again by the
+		// interceptor; one that did not must never reach the handler, so grpc-go refuses
+		// it (INTERNAL) here.
+		return err
+	}
 	return nil
 }
 
@@ -148,7 +154,10 @@ func contiguous(s mem.BufferSlice) ([]byte, mem.Buffer) {
 // byteStash holds the received bytes of unary server requests from the codec to the
 // interceptor. A request whose interceptor never runs (another interceptor failed the call
 // first, or the codec is installed without Weft's interceptor) would stay here, so a shard
-// that grows past its bound is emptied; the interceptor then marshals the message itself.
+// that reaches its bound drops the bytes of the requests that decoded; their interceptors,
+// if they run, marshal the message themselves. A request that did not decode is never
+// dropped, since without its entry the interceptor could not tell it from a good one: when
+// such entries alone fill a shard, put refuses the new one.
 type stashed struct {
 	buf mem.BufferSlice
 	err error // the request did not decode
@@ -188,24 +197,37 @@ func (s *byteStash) shard(k unsafe.Pointer) *stashShard {
 	return &s.shards[(uintptr(k)>>6)%uintptr(len(s.shards))]
 }
 
-func (s *byteStash) put(m proto.Message, b stashed) {
+// put keeps b for m's interceptor; false when the shard has no room (see byteStash), and
+// then b is not kept.
+func (s *byteStash) put(m proto.Message, b stashed) bool {
 	k := msgKey(m)
 	sh := s.shard(k)
 	sh.mu.Lock()
-	if sh.m == nil || len(sh.m) >= stashBound {
-		for _, old := range sh.m {
-			old.buf.Free()
-		}
-		s.held.Add(-int64(len(sh.m)))
+	defer sh.mu.Unlock()
+	if sh.m == nil {
 		sh.m = make(map[unsafe.Pointer]stashed, 64)
 	}
 	if old, ok := sh.m[k]; ok {
+		// m's address is reused: its earlier request is over.
 		old.buf.Free()
-	} else {
-		s.held.Add(1)
+		delete(sh.m, k)
+		s.held.Add(-1)
 	}
+	if len(sh.m) >= stashBound {
+		for key, old := range sh.m {
+			if old.err == nil {
+				old.buf.Free()
+				delete(sh.m, key)
+				s.held.Add(-1)
+			}
+		}
+		if len(sh.m) >= stashBound {
+			return false
+		}
+	}
+	s.held.Add(1)
 	sh.m[k] = b
-	sh.mu.Unlock()
+	return true
 }
 
 func (s *byteStash) take(m proto.Message) (stashed, bool) {
