@@ -62,7 +62,7 @@ fn entries(mut bytes: &[u8]) -> impl Iterator<Item = Result<Entry<'_>, String>> 
             return Some(Err(truncated(this, "value")));
         };
         let key = match utf8(key) {
-            Ok(k) if !k.is_empty() && k.is_ascii() => k,
+            Ok(k) if valid_key(key) => k,
             _ => {
                 bytes = &[];
                 return Some(Err(bad_key(this, key)));
@@ -88,7 +88,7 @@ pub fn find<'a>(bytes: &'a [u8], key: &str) -> Result<Option<&'a str>, String> {
     while !rest.is_empty() {
         let k = take(&mut rest).ok_or_else(|| truncated(entry, "key"))?;
         let v = take(&mut rest).ok_or_else(|| truncated(entry, "value"))?;
-        if k.is_empty() || !k.is_ascii() {
+        if !valid_key(k) {
             return Err(bad_key(entry, k));
         }
         // `key` is lower-case, and keys are compared lower-cased; HTTP/2 sends them
@@ -123,10 +123,47 @@ pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String
     Ok(out)
 }
 
+/// An HTTP/2 header name: one or more token characters (RFC 9110 `tchar`), after a `:` for a
+/// pseudo-header (grpc-go hands servers `:authority`). gRPC's own keys are a subset; a peer
+/// may send any token, and refusing one would fail its RPC. What this keeps out is what no
+/// HTTP/2 peer can send: control characters, spaces, separators, non-ASCII bytes.
+fn valid_key(key: &[u8]) -> bool {
+    let name = key.strip_prefix(b":").unwrap_or(key);
+    !name.is_empty() && name.iter().all(|&b| TOKEN[usize::from(b)])
+}
+
+const TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    t
+};
+
 #[cold]
 fn bad_key(entry: usize, key: &[u8]) -> String {
     format!(
-        "metadata entry {entry}: a key must be non-empty ASCII (gRPC metadata keys are), got {:?}",
+        "metadata entry {entry}: a key must be an HTTP/2 header name (letters, digits and !#$%&'*+-.^_`|~, after an optional ':'), got {:?}",
         String::from_utf8_lossy(key)
     )
 }
@@ -328,7 +365,32 @@ mod tests {
             let e = decode(&bytes[..cut], Keys::All).unwrap_err();
             assert!(e.contains("entry 0"), "{e}");
         }
-        let bad = encode(&Metadata::new(), &[raw("é", b"x")]);
-        assert!(decode(&bad, Keys::All).unwrap_err().contains("ASCII"));
+        for key in [
+            "é",
+            "",
+            ":",
+            "a b",
+            "tab\t",
+            "nul\0",
+            "semi;colon",
+            "x:y",
+            "::a",
+        ] {
+            let bad = encode(&Metadata::new(), &[raw(key, b"x")]);
+            let e = decode(&bad, Keys::All).unwrap_err();
+            assert!(e.contains("HTTP/2 header name"), "{key:?}: {e}");
+            assert!(find(&bad, "dst").is_err(), "{key:?}");
+        }
+        for key in [
+            ":authority",
+            "x-b3-traceid",
+            "user-agent",
+            "grpc-timeout",
+            "x!#$%&'*+.^_`|~",
+        ] {
+            let good = encode(&Metadata::new(), &[raw(key, b"x")]);
+            assert!(decode(&good, Keys::All).is_ok(), "{key:?}");
+            assert!(find(&good, "dst").is_ok(), "{key:?}");
+        }
     }
 }
