@@ -554,8 +554,19 @@ impl Engine {
         method: &str,
         stamp: Option<&str>,
     ) -> Result<Prepared, EngineError> {
-        let version = self.inner.version_for(stamp);
-        let Some(route) = version.route(side, method) else {
+        let mut version = self.inner.version_for(stamp);
+        let mut route = version.route(side, method);
+        if route.is_none() && stamp.is_some() {
+            // The stamped version has no chain here, but the current one may: a stamp only
+            // picks among versions that run the RPC, or anyone who can set a header (or an
+            // app copying its incoming metadata) would skip the current chain.
+            let current = self.inner.current();
+            if !Arc::ptr_eq(&current, &version) {
+                route = current.route(side, method);
+                version = current;
+            }
+        }
+        let Some(route) = route else {
             return Err(EngineError::NoEdge {
                 service: self.inner.service.clone(),
                 side: side_name(side),
@@ -821,12 +832,13 @@ fn forward_verdict(input: &Arc<Message>, out: Arc<Message>, stamped: bool) -> Ve
 
 impl Inner {
     /// The version an RPC runs in: the stamped one while it is alive here, else the current.
+    /// When the same content was installed twice (A, B, then A again), the newest of them.
     fn version_for(&self, stamp: Option<&str>) -> Arc<Version> {
         let table = self.table.load();
         if let Some(stamp) = stamp
             && stamp != table.current.digest
         {
-            for v in &table.older {
+            for v in table.older.iter().rev() {
                 if let Some(v) = v.upgrade()
                     && v.digest == stamp
                 {
@@ -835,6 +847,10 @@ impl Inner {
             }
         }
         Arc::clone(&table.current)
+    }
+
+    fn current(&self) -> Arc<Version> {
+        Arc::clone(&self.table.load().current)
     }
 
     pub(crate) fn stats(&self) -> VersionStats {
@@ -900,9 +916,13 @@ impl Inner {
             &self.counters,
             Some(&current.current),
         )?;
-        *self.source.lock().unwrap_or_else(PoisonError::into_inner) = source;
+        // The source is kept only once the reload cannot fail any more: a failed reload
+        // leaves both the version and what later reloads read as they were.
+        let keep_source =
+            |source| *self.source.lock().unwrap_or_else(PoisonError::into_inner) = source;
         if built.digest == current.current.digest {
             // Same content, same stamp: installing it again would only reset element state.
+            keep_source(source);
             return Ok(Reloaded::Unchanged(current.current.number));
         }
         let installing = self
@@ -912,6 +932,7 @@ impl Inner {
         // The state is copied now, with the current version's segments locked until the new
         // one is installed: what RPCs wrote during the build is carried over.
         let taken = built.take_over_state(&current.current)?;
+        keep_source(source);
         built.mark_installed();
         self.next_install.fetch_add(1, Ordering::Relaxed);
         let mut older: Vec<Weak<Version>> = current

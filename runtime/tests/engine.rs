@@ -343,6 +343,94 @@ fn stamped_requests_run_their_version_while_it_lives() {
     );
 }
 
+/// A stamp only picks among the versions that run the RPC. Naming a version that is still
+/// alive but has no chain for the method must not skip the current version's chain: anyone
+/// who can set a header could otherwise bypass it while an old RPC is in flight.
+#[test]
+fn a_stamp_of_a_version_without_the_method_runs_the_current_chain() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let server = Engine::open(&config, "echo", options()).unwrap();
+    let old_digest = server.digest();
+    let mut stamped = Metadata::new();
+    stamped.insert("weft-version".into(), old_digest.clone());
+    let held = server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/Say",
+            stamped.clone(),
+            two_strings("a", "b"),
+        )
+        .unwrap();
+    let _held_rpc = held.rpc.expect("metrics keeps version 1 alive");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{yaml}  frontend->echo-stream:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n    server:\n      - firewall: {{field: user, deny: [mallory]}}\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(server.reload().unwrap(), Reloaded::Installed(2));
+    let out = server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/SayStream",
+            stamped,
+            two_strings("mallory", "x"),
+        )
+        .unwrap();
+    assert_eq!(out.version, 2);
+    assert!(
+        matches!(
+            &out.verdict,
+            Verdict::Reject {
+                code: Code::PermissionDenied,
+                ..
+            }
+        ),
+        "{:?}",
+        out.verdict
+    );
+}
+
+/// Content installed twice (A, B, A again) has two live versions with one stamp; a request
+/// stamped with it runs the newer, whose state is the one that went on.
+#[test]
+fn a_stamp_runs_the_newest_live_version_with_that_content() {
+    let dir = echo_copy();
+    let config = dir.path().join("weft.yaml");
+    let server = Engine::open(&config, "echo", options()).unwrap();
+    let digest = server.digest();
+    let mut stamped = Metadata::new();
+    stamped.insert("weft-version".into(), digest.clone());
+    let request = || {
+        server
+            .process_request(
+                Side::Server,
+                "/echo.Echo/Say",
+                stamped.clone(),
+                two_strings("a", "b"),
+            )
+            .unwrap()
+    };
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let mut held = vec![request().rpc.expect("metrics holds version 1")];
+    for (capacity, installed) in [(6, 2), (5, 3), (7, 4)] {
+        std::fs::write(
+            &config,
+            yaml.replace("capacity: 5", &format!("capacity: {capacity}")),
+        )
+        .unwrap();
+        assert_eq!(server.reload().unwrap(), Reloaded::Installed(installed));
+        if installed == 3 {
+            assert_eq!(server.digest(), digest, "version 3 has version 1's content");
+            held.push(request().rpc.expect("metrics holds version 3"));
+        }
+    }
+    assert_eq!(request().version, 3);
+}
+
 #[test]
 fn abandoned_rpcs_release_their_version() {
     let dir = echo_copy();
