@@ -672,7 +672,9 @@ impl Sim<'_> {
             let store = self
                 .shared
                 .instance_store(&self.scope(k), replica, &var_specs(&ir));
-            let rng = SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", el.use_.name));
+            // The runtime's stream for the same instance (edge, element, service) in version 1.
+            let rng =
+                SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", self.scope(k)));
             let store = self.executor.wrap_store(&ir, Box::new(store));
             let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
             let mut host = Host {

@@ -371,7 +371,7 @@ fn options_from_env(records: Option<&Arc<RecordQueue>>) -> EngineOptions {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        o.seed = seed;
+        o.seed = Some(seed);
     }
     o
 }

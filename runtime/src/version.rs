@@ -52,8 +52,12 @@ pub struct EngineOptions {
     /// The clock elements read (`current_time()`); real monotonic time by default, a virtual
     /// clock in tests that compare with the simulator.
     pub clock: Arc<dyn Clock>,
-    /// Seeds every element instance's random stream (with its name, as the simulator does).
-    pub seed: u64,
+    /// `Some`: every element instance's random stream is reproducible from this seed and the
+    /// instance (as in the simulator), for tests. `None` (the default): each instance's stream
+    /// is keyed from the operating system's entropy when its version is built, so no two
+    /// instances, versions, restarts or replicas draw the same numbers and no one can
+    /// predict them, which `encrypt`'s nonces need.
+    pub seed: Option<u64>,
     /// Wall-clock budget for the planner's exact search per edge.
     pub plan_budget: Duration,
     /// Poll the config files this often and reload when their content changes; `None` turns
@@ -67,7 +71,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             clock: Arc::new(weft_hostcalls::clock::MonotonicClock::new()),
-            seed: seed_from_environment(),
+            seed: None,
             plan_budget: Duration::from_secs(2),
             watch_interval: Some(Duration::from_secs(1)),
             channels: None,
@@ -75,13 +79,32 @@ impl Default for EngineOptions {
     }
 }
 
-/// A different seed per process, so replicas of a service do not draw the same numbers.
-fn seed_from_environment() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ (u64::from(std::process::id()) << 32)
+/// The random stream of the instance of `scope` (`edge/element`) in this service's version
+/// `version` (see [`EngineOptions::seed`]). With a fixed seed, version 1 draws the stream the
+/// simulator draws for the same instance and each later version a stream of its own, so a
+/// reload does not replay the numbers (the nonces) already drawn.
+fn instance_rng(
+    options: &EngineOptions,
+    scope: &str,
+    service: &str,
+    version: u64,
+) -> Result<SeededRng, String> {
+    match options.seed {
+        Some(seed) => {
+            let mut stream = format!("{scope}@{service}");
+            if version > 1 {
+                stream.push_str(&format!("#{version}"));
+            }
+            Ok(SeededRng::for_stream(seed, &stream))
+        }
+        None => {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(|e| {
+                format!("the operating system gave no entropy for its random stream: {e}")
+            })?;
+            Ok(SeededRng::from_key(key))
+        }
+    }
 }
 
 /// Counters shared by every version of one engine.
@@ -640,7 +663,13 @@ pub(crate) fn build(
                     .iter()
                     .find(|seg| seg.edge == edge.name && seg.side == side)
             });
-            let segment = build_segment(&loaded, &layout, side, service, options, &shared, before)?;
+            let ends = Ends {
+                service,
+                version: number,
+                options,
+                shared: &shared,
+            };
+            let segment = build_segment(&loaded, &layout, side, &ends, before)?;
             let index = version.segments.len();
             let routes = match side {
                 Side::Client => &mut version.client,
@@ -675,15 +704,22 @@ pub fn side_name(side: Side) -> &'static str {
     }
 }
 
+/// What every instance of one version in this service is built with.
+struct Ends<'a> {
+    service: &'a str,
+    version: u64,
+    options: &'a EngineOptions,
+    shared: &'a SharedState,
+}
+
 fn build_segment(
     loaded: &LoadedEdge,
     layout: &Layout,
     side: Side,
-    service: &str,
-    options: &EngineOptions,
-    shared: &SharedState,
+    ends: &Ends<'_>,
     before: Option<&Segment>,
 ) -> Result<Segment, EngineError> {
+    let options = ends.options;
     let edge = &loaded.edge;
     let positions = side_elements(layout, side);
     let mut instances = Vec::with_capacity(positions.len());
@@ -694,14 +730,7 @@ fn build_segment(
         method: None,
     };
     for &k in &positions {
-        instances.push(start_instance(
-            loaded,
-            k,
-            service,
-            options,
-            shared,
-            &mut channels,
-        )?);
+        instances.push(start_instance(loaded, k, ends, &mut channels)?);
         origins.push(Origin {
             use_: loaded.elements[k].use_.clone(),
             source: loaded.elements[k].source.text.clone(),
@@ -1077,11 +1106,15 @@ fn copy_state(
 fn start_instance(
     loaded: &LoadedEdge,
     k: usize,
-    service: &str,
-    options: &EngineOptions,
-    shared: &SharedState,
+    ends: &Ends<'_>,
     channels: &mut Channels<'_>,
 ) -> Result<Instance, EngineError> {
+    let Ends {
+        service,
+        version,
+        options,
+        shared,
+    } = *ends;
     let el = &loaded.elements[k];
     let err = |message: String| EngineError::Instance {
         edge: loaded.edge.name.clone(),
@@ -1097,7 +1130,7 @@ fn start_instance(
     let scope = format!("{}/{}", loaded.edge.name, el.use_.name);
     let store = shared.instance_store(&scope, service, &var_specs(&ir));
     let store = block_store(&ir, Box::new(store));
-    let rng = SeededRng::for_stream(options.seed, &format!("{}@{service}", el.use_.name));
+    let rng = instance_rng(options, &scope, service, version).map_err(err)?;
     let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
     let mut host = Host {
         clock: &*options.clock,

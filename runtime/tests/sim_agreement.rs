@@ -81,7 +81,7 @@ fn engine_agrees_with_the_simulator_on_the_echo_chain() {
     let clock = Arc::new(VirtualClock::new(0.0));
     let opts = EngineOptions {
         clock: clock.clone(),
-        seed: 7,
+        seed: Some(7),
         watch_interval: None,
         ..EngineOptions::default()
     };

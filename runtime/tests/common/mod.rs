@@ -14,7 +14,7 @@ pub fn examples() -> PathBuf {
 pub fn options() -> EngineOptions {
     EngineOptions {
         watch_interval: None,
-        seed: 1,
+        seed: Some(1),
         ..EngineOptions::default()
     }
 }
