@@ -415,7 +415,9 @@ extern "C" fn hc_encrypt(f: F, elem: i64, v: u64, key: u64) -> u64 {
 }
 
 extern "C" fn hc_now(f: F) -> f64 {
-    f.host.clock.now()
+    // The clock is the embedder's (`EngineOptions::clock`): guarded like any host call, so a
+    // panicking clock fails the RPC instead of unwinding into compiled code (an abort).
+    guard(f, 0.0, |f| Ok(f.host.clock.now()))
 }
 
 extern "C" fn hc_rpc_id(f: F) -> i64 {
