@@ -516,6 +516,8 @@ pub struct SharedState {
 struct Shared {
     /// The last sequence number handed to a last-writer-wins write.
     seq: u64,
+    /// Weak replicas are never merged ([`SharedState::unmerged`]): writes keep no merge log.
+    unmerged: bool,
     vars: Vec<SharedVar>,
     /// (scope, variable name) -> index into `vars`; indices are never invalidated.
     index: BTreeMap<(String, String), usize>,
@@ -564,6 +566,15 @@ impl SharedState {
         SharedState::default()
     }
 
+    /// State whose weak replicas are never merged, as in a runtime until state is shared
+    /// across processes: each replica keeps its own data, writes keep no merge log (which
+    /// would grow by one entry per key ever written), and [`SharedState::sync`] does nothing.
+    pub fn unmerged() -> Self {
+        let state = SharedState::default();
+        lock(&state.inner).unmerged = true;
+        state
+    }
+
     /// The store instance `instance` of the element in `scope` runs against. `vars` are the
     /// element's declarations in [`VarId`] order.
     ///
@@ -587,6 +598,9 @@ impl SharedState {
     /// each replica to the merged state.
     pub fn sync(&self) {
         let mut shared = lock(&self.inner);
+        if shared.unmerged {
+            return;
+        }
         for var in &mut shared.vars {
             if let Body::Weak(weak) = &mut var.body {
                 weak.sync(&var.spec);
@@ -776,7 +790,8 @@ enum Slot {
 /// What one access reaches: a cell with plain semantics (local or strong), or a weak replica.
 enum Target<'a> {
     Cell(&'a VarSpec, &'a mut Cell),
-    Weak(&'a VarSpec, &'a mut Replica, &'a mut u64),
+    /// The sequence counter, or `None` when the state keeps no merge logs.
+    Weak(&'a VarSpec, &'a mut Replica, Option<&'a mut u64>),
 }
 
 impl InstanceStore {
@@ -815,7 +830,13 @@ impl InstanceStore {
                 replica,
             }) => {
                 let mut guard = lock(&self.shared);
-                let Shared { seq, vars, .. } = &mut *guard;
+                let Shared {
+                    seq,
+                    vars,
+                    unmerged,
+                    ..
+                } = &mut *guard;
+                let log = (!*unmerged).then_some(seq);
                 // Slots hold indices handed out by `attach`, which are never invalidated; the
                 // error arms are unreachable but cheaper to state than to prove to the compiler.
                 let SharedVar { spec, body } =
@@ -827,7 +848,7 @@ impl InstanceStore {
                             .replicas
                             .get_mut(*replica)
                             .ok_or(StateError::UnknownVar { var })?;
-                        f(Target::Weak(spec, replica, seq))
+                        f(Target::Weak(spec, replica, log))
                     }
                 }
             }
@@ -839,19 +860,20 @@ impl Replica {
     fn set(
         &mut self,
         spec: &VarSpec,
-        seq: &mut u64,
+        log: Option<&mut u64>,
         key: Value,
         value: Value,
     ) -> Result<(), StateError> {
         check_write(spec, &value)?;
         self.data.check_key(spec, &key)?;
-        match spec.combiner {
-            Combiner::Lww => {
+        match (spec.combiner, log) {
+            (Combiner::Lww, None) => self.data.set(spec, key, value)?,
+            (Combiner::Lww, Some(seq)) => {
                 self.data.set(spec, key.clone(), value.clone())?;
                 *seq += 1;
                 self.writes.insert(key, (*seq, Some(value)));
             }
-            Combiner::Sum => {
+            (Combiner::Sum, log) => {
                 let current = self.data.peek(&key).unwrap_or(&spec.zero);
                 let pending = self.deltas.get(&key).unwrap_or(&spec.zero);
                 let change = add_or_sub(&value, current, true);
@@ -864,19 +886,29 @@ impl Replica {
                         found: value.kind_name(),
                     });
                 };
-                self.data.set(spec, key.clone(), value)?;
-                self.deltas.insert(key, total);
+                if log.is_some() {
+                    self.data.set(spec, key.clone(), value)?;
+                    self.deltas.insert(key, total);
+                } else {
+                    self.data.set(spec, key, value)?;
+                }
             }
-            Combiner::Max | Combiner::Min => self.data.set(spec, key, value)?,
+            (Combiner::Max | Combiner::Min, _) => self.data.set(spec, key, value)?,
         }
         Ok(())
     }
 
-    fn delete(&mut self, spec: &VarSpec, seq: &mut u64, key: &Value) -> Result<(), StateError> {
+    fn delete(
+        &mut self,
+        spec: &VarSpec,
+        log: Option<&mut u64>,
+        key: &Value,
+    ) -> Result<(), StateError> {
         self.data.check_key(spec, key)?;
         match spec.combiner {
             Combiner::Lww => {
                 self.data.delete(spec, key)?;
+                let Some(seq) = log else { return Ok(()) };
                 *seq += 1;
                 let written = match self.data {
                     Cell::Scalar(_) => Some(spec.zero.clone()),
@@ -886,7 +918,7 @@ impl Replica {
                 Ok(())
             }
             Combiner::Sum => match self.data.peek(key) {
-                Some(_) => self.set(spec, seq, key.clone(), spec.zero.clone()),
+                Some(_) => self.set(spec, log, key.clone(), spec.zero.clone()),
                 None => Ok(()),
             },
             Combiner::Max | Combiner::Min => self.data.delete(spec, key),
@@ -1322,6 +1354,67 @@ mod tests {
         assert_eq!(
             newcomer.entries(0).unwrap(),
             vec![(int(1), Value::str("from a"))]
+        );
+    }
+
+    /// The merge logs of every weak replica, in entries.
+    fn logged(state: &SharedState) -> usize {
+        lock(&state.inner)
+            .vars
+            .iter()
+            .map(|v| match &v.body {
+                Body::Weak(w) => w
+                    .replicas
+                    .iter()
+                    .map(|r| r.writes.len() + r.deltas.len())
+                    .sum(),
+                Body::Strong(_) => 0,
+            })
+            .sum()
+    }
+
+    /// A runtime never merges its replicas, so it must not log writes for a merge: the logs
+    /// would grow by an entry per key ever written, even keys deleted long ago.
+    #[test]
+    fn unmerged_state_keeps_no_merge_log_and_reads_as_merged_state_does() {
+        let vars = [
+            weak_map("last", Combiner::Lww),
+            weak_map("sum", Combiner::Sum),
+            scalar("n", int(0)).weak(Combiner::Sum),
+        ];
+        let unmerged = SharedState::unmerged();
+        let merged = SharedState::new();
+        let mut u = unmerged.instance_store("x", "a", &vars);
+        let mut m = merged.instance_store("x", "a", &vars);
+        for k in 0..10_000 {
+            for s in [&mut u, &mut m] {
+                s.set(0, int(k), int(k)).unwrap();
+                s.set(1, int(k % 7), int(k)).unwrap();
+                s.set(2, Value::Unit, int(k)).unwrap();
+                if k % 3 != 0 {
+                    s.delete(0, &int(k)).unwrap();
+                    s.delete(1, &int(k % 5)).unwrap();
+                }
+            }
+        }
+        for var in 0..vars.len() {
+            assert_eq!(
+                u.entries(var).unwrap(),
+                m.entries(var).unwrap(),
+                "{}",
+                vars[var].name
+            );
+        }
+        assert_eq!(logged(&unmerged), 0);
+        assert!(
+            logged(&merged) > 10_000,
+            "the merged state logs for its syncs"
+        );
+        unmerged.sync();
+        assert_eq!(
+            u.entries(0).unwrap(),
+            m.entries(0).unwrap(),
+            "sync changes nothing"
         );
     }
 

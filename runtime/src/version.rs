@@ -634,7 +634,8 @@ pub(crate) fn build(
             known,
         });
     }
-    let shared = SharedState::new();
+    // Weak replicas are not merged across processes yet (docs/engine.md): no merge logs.
+    let shared = SharedState::unmerged();
     let mut version = Version {
         number,
         digest,
