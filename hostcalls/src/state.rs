@@ -1397,12 +1397,12 @@ mod tests {
                 }
             }
         }
-        for var in 0..vars.len() {
+        for (var, spec) in vars.iter().enumerate() {
             assert_eq!(
                 u.entries(var).unwrap(),
                 m.entries(var).unwrap(),
                 "{}",
-                vars[var].name
+                spec.name
             );
         }
         assert_eq!(logged(&unmerged), 0);
