@@ -104,22 +104,31 @@ pub fn edge_methods(
     })
 }
 
-/// Finds an element's source: an explicit `path`, then `<name>.weft` / `<name>.appnet` in
-/// each `element_paths` directory, then the standard library.
-pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> {
+/// The files an element's source may come from, in search order: its explicit `path`, or
+/// `<name>.weft` then `<name>.appnet` in each `element_paths` directory (the standard
+/// library comes after them). A file appearing earlier in the list changes the source, so a
+/// watcher watches every candidate up to the one found.
+pub fn element_candidates(config: &Config, use_: &ElementUse) -> Vec<PathBuf> {
     if let Some(p) = &use_.path {
-        let full = config.dir.join(p);
-        return std::fs::read_to_string(&full)
-            .ok()
-            .map(|t| SourceFile::new(full.display().to_string(), t));
+        return vec![config.dir.join(p)];
     }
-    for dir in &config.element_paths {
-        for ext in ["weft", "appnet"] {
-            let p: PathBuf = dir.join(format!("{}.{ext}", use_.element));
-            if let Ok(t) = std::fs::read_to_string(&p) {
-                return Some(SourceFile::new(p.display().to_string(), t));
-            }
+    config
+        .element_paths
+        .iter()
+        .flat_map(|dir| ["weft", "appnet"].map(|ext| dir.join(format!("{}.{ext}", use_.element))))
+        .collect()
+}
+
+/// Finds an element's source: the first of [`element_candidates`] that can be read, then
+/// (without an explicit `path`) the standard library.
+pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> {
+    for p in element_candidates(config, use_) {
+        if let Ok(t) = std::fs::read_to_string(&p) {
+            return Some(SourceFile::new(p.display().to_string(), t));
         }
+    }
+    if use_.path.is_some() {
+        return None;
     }
     stdlib::source(&use_.element)
         .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t))

@@ -7,7 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -21,7 +21,7 @@ use weft_jit::exec::{SharedVerdict, emptied};
 
 use crate::error::EngineError;
 use crate::version::{
-    Channels, ConfigSource, EngineOptions, Locked, MethodRoute, RpcTemplate, Version,
+    Channels, ConfigSource, EngineOptions, FilesRead, Locked, MethodRoute, RpcTemplate, Version,
     VersionCounters, build, side_name,
 };
 use crate::watch::Watcher;
@@ -383,6 +383,9 @@ pub(crate) struct Inner {
     next_rpc: AtomicU64,
     /// What the watcher's last reload did (an error keeps the old version running).
     watch_result: Mutex<Option<Result<Reloaded, String>>>,
+    /// What the last build that got as far as parsing the config read, installed or not:
+    /// the files the watcher watches.
+    files_read: Mutex<FilesRead>,
 }
 
 /// A running Weft engine for one service. Thread-safe; share it by reference or `Arc`.
@@ -434,8 +437,10 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
         let counters = Arc::new(VersionCounters::default());
-        let mut first = build(&source, service, &options, 1, &counters, None)?;
+        let mut read = None;
+        let mut first = build(&source, service, &options, 1, &counters, None, &mut read)?;
         first.mark_installed();
+        let files_read = (first.files.clone(), first.files_fingerprint);
         let inner = Arc::new(Inner {
             service: service.to_owned(),
             source: Mutex::new(source),
@@ -449,6 +454,7 @@ impl Engine {
             next_install: AtomicU64::new(2),
             next_rpc: AtomicU64::new(1),
             watch_result: Mutex::new(None),
+            files_read: Mutex::new(files_read),
             options,
         });
         let watcher = inner
@@ -884,11 +890,14 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner) = Some(result.map_err(|e| e.to_string()));
     }
 
-    /// The files the current version was built from, and the fingerprint of their content
-    /// as it read them.
-    pub(crate) fn watched(&self) -> (Vec<PathBuf>, [u8; 32]) {
-        let table = self.table.load();
-        (table.current.files.clone(), table.current.files_fingerprint)
+    /// The files the last build read (see [`FilesRead`]), and the fingerprint of their
+    /// content as it read them. After a failed build these are the failed build's files, so
+    /// fixing a file only the new config lists is noticed.
+    pub(crate) fn watched(&self) -> FilesRead {
+        self.files_read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn reload(&self, new_source: Option<ConfigSource>) -> Result<Reloaded, EngineError> {
@@ -908,14 +917,23 @@ impl Inner {
         // Held through the build and the install, which takes over its elements' state: an
         // `Arc`, not a short-lived guard.
         let current = self.table.load_full();
-        let mut built = build(
+        let mut read = None;
+        let built = build(
             &source,
             &self.service,
             &self.options,
             number,
             &self.counters,
             Some(&current.current),
-        )?;
+            &mut read,
+        );
+        if let Some(read) = read {
+            *self
+                .files_read
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = read;
+        }
+        let mut built = built?;
         // The source is kept only once the reload cannot fail any more: a failed reload
         // leaves both the version and what later reloads read as they were.
         let keep_source =

@@ -20,7 +20,7 @@ use weft_ir::abstraction::{Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
-use weft_ir::load::{LoadedEdge, element_source, load_edge};
+use weft_ir::load::{LoadedEdge, element_candidates, element_source, load_edge};
 use weft_ir::schema::MethodSchema;
 use weft_ir::sim::{var_specs, write_state};
 use weft_jit::{Compiled, Fusion, block_store, compile};
@@ -582,6 +582,16 @@ fn content_digest(
     }
     for edge in &config.edges {
         for (_, use_) in edge.chain() {
+            // Every candidate before the file found is watched as missing: one appearing
+            // there (an override of a standard element, a file restored) changes the source.
+            for candidate in element_candidates(config, use_) {
+                let bytes = std::fs::read(&candidate).ok();
+                let found = bytes.is_some();
+                read.entry(candidate).or_insert(bytes);
+                if found {
+                    break;
+                }
+            }
             match element_source(config, use_) {
                 Some(src) => {
                     if !src.path.starts_with("<std>") {
@@ -599,8 +609,14 @@ fn content_digest(
     (hex, read.into_keys().collect(), fingerprint)
 }
 
+/// The files a build read (config, protos, element candidates) and their fingerprint as it
+/// read them: what the watcher compares with next.
+pub(crate) type FilesRead = (Vec<PathBuf>, [u8; 32]);
+
 /// Builds a version: loads, plans and compiles every edge this service is an end of, and
-/// starts every element instance (running `init` and the config's `state:`).
+/// starts every element instance (running `init` and the config's `state:`). `read` is set
+/// once the config parses, even if the build fails later: the files a fix will touch (an
+/// element the config newly lists) are then known.
 pub(crate) fn build(
     source: &ConfigSource,
     service: &str,
@@ -608,6 +624,7 @@ pub(crate) fn build(
     number: u64,
     counters: &Arc<VersionCounters>,
     previous: Option<&Version>,
+    read: &mut Option<FilesRead>,
 ) -> Result<Version, EngineError> {
     let (config, yaml) = read_config(source)?;
     let config_path = match source {
@@ -615,6 +632,7 @@ pub(crate) fn build(
         ConfigSource::Yaml { .. } => None,
     };
     let (digest, files, files_fingerprint) = content_digest(&config, &yaml, config_path);
+    *read = Some((files.clone(), files_fingerprint));
     let mine: Vec<&weft_ir::config::Edge> = config
         .edges
         .iter()

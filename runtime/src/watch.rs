@@ -1,5 +1,6 @@
 //! Watching the config files: a polling thread that reloads when the content of the config,
-//! a proto or an element source of the current version changes.
+//! a proto or an element source changes (including a file appearing where the element search
+//! would find it first), once the files have stopped changing.
 //!
 //! Polling rather than inotify: it needs no dependency, behaves the same on every platform
 //! and file system (network mounts, Kubernetes ConfigMap symlink swaps), and the files are a
@@ -64,6 +65,10 @@ impl Watcher {
                     Some(e) => e.watched().1,
                     None => return,
                 };
+                // A change is acted on once the files read the same at two polls in a row:
+                // a config written in several pieces (`cat >`, `kubectl cp`) can parse when
+                // cut short, and must not be installed half written.
+                let mut settling: Option<[u8; 32]> = None;
                 loop {
                     let (lock, cvar) = &*stop_seen;
                     let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -75,20 +80,28 @@ impl Watcher {
                     }
                     drop(stopped);
                     let Some(e) = engine.upgrade() else { return };
-                    let (files, _) = e.watched();
-                    let now = fingerprint(&files);
+                    let before = e.watched();
+                    let now = fingerprint(&before.0);
                     if now == seen {
+                        settling = None;
                         continue;
                     }
-                    // A failed reload (a half-written file, a broken element) keeps the old
-                    // version and is reported; the next change to the files tries again.
+                    if settling.replace(now) != Some(now) {
+                        continue;
+                    }
+                    settling = None;
+                    // A failed reload (a broken element) keeps the old version and is
+                    // reported; the next change to the files tries again.
                     let result = e.reload(None);
-                    let installed = result.is_ok();
                     e.record_watch_result(result);
-                    // After an install, compare with what the new version read (a write
-                    // during the reload is then seen at the next poll); after a failure, wait
-                    // for the files to change again rather than retry the same content.
-                    seen = if installed { e.watched().1 } else { now };
+                    // Compare next with what this reload read, installed or not: a write
+                    // during the reload is then seen at the next poll, an unchanged or
+                    // failed build is not retried on the same content, and after a failure
+                    // the files the new config lists are watched. A reload that failed
+                    // before reading them (the config does not parse) read nothing new: wait
+                    // for the watched files to change again.
+                    let after = e.watched();
+                    seen = if after == before { now } else { after.1 };
                 }
             })
             .ok();

@@ -499,6 +499,111 @@ fn the_watcher_reloads_changed_files_and_reports_failures() {
     assert_eq!(client.version(), 2);
 }
 
+fn watching(dir: &Path, clock: Option<std::sync::Arc<CountingClock>>) -> Engine {
+    let mut opts = EngineOptions {
+        watch_interval: Some(Duration::from_millis(20)),
+        ..options()
+    };
+    if let Some(clock) = clock {
+        opts.clock = clock;
+    }
+    Engine::open(dir.join("weft.yaml"), "frontend", opts).unwrap()
+}
+
+fn watch_result_becomes(engine: &Engine, want: Option<Result<Reloaded, ()>>) -> bool {
+    eventually(Duration::from_secs(20), || {
+        engine.last_watch_result().map(|r| r.map_err(|_| ())) == want
+    })
+}
+
+/// After a reload fails on a file the new config lists, fixing that file is a change: the
+/// watcher watches what the failed build read, not only the running version's files.
+#[test]
+fn the_watcher_notices_the_fix_of_a_file_only_the_failed_config_lists() {
+    let dir = echo_copy();
+    let engine = watching(dir.path(), None);
+    let extra = dir.path().join("elements/extra.weft");
+    std::fs::write(&extra, "req(rpc):\n    nonsense(\n").unwrap();
+    let config = dir.path().join("weft.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    replace_file(
+        &config,
+        &yaml.replace("      - logging", "      - logging\n      - extra"),
+    );
+    assert!(
+        watch_result_becomes(&engine, Some(Err(()))),
+        "{:?}",
+        engine.last_watch_result()
+    );
+    let logging = Path::new(env!("CARGO_MANIFEST_DIR")).join("../elements/logging.weft");
+    replace_file(&extra, &std::fs::read_to_string(logging).unwrap());
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Installed(2)))),
+        "the fixed element was not noticed: {:?}",
+        engine.last_watch_result()
+    );
+}
+
+/// A local element file that shadows a standard one: deleting it falls back to the
+/// standard element, and putting it back is noticed though the running version no longer
+/// reads it.
+#[test]
+fn the_watcher_notices_an_element_file_appearing_on_the_search_path() {
+    let dir = echo_copy();
+    let firewall = dir.path().join("elements/firewall.weft");
+    let local = format!("{}# local\n", std::fs::read_to_string(&firewall).unwrap());
+    std::fs::write(&firewall, &local).unwrap();
+    let engine = watching(dir.path(), None);
+    std::fs::remove_file(&firewall).unwrap();
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Installed(2)))),
+        "{:?}",
+        engine.last_watch_result()
+    );
+    std::fs::write(&firewall, &local).unwrap();
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Installed(3)))),
+        "the restored file was not noticed: {:?}",
+        engine.last_watch_result()
+    );
+}
+
+/// Counts `current_time()` reads: ratelimit's `init` reads the clock once per build.
+struct CountingClock(std::sync::atomic::AtomicU64);
+
+impl weft_hostcalls::clock::Clock for CountingClock {
+    fn now(&self) -> f64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        0.0
+    }
+}
+
+/// Files that changed without changing the content digest (a local copy of a standard
+/// element deleted) are built once, not at every poll.
+#[test]
+fn the_watcher_builds_an_unchanged_config_once() {
+    let dir = echo_copy();
+    let clock = std::sync::Arc::new(CountingClock(Default::default()));
+    let engine = watching(dir.path(), Some(clock.clone()));
+    // echo_copy's firewall.weft is the standard element's text: the digest stays.
+    std::fs::remove_file(dir.path().join("elements/firewall.weft")).unwrap();
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Unchanged(1)))),
+        "{:?}",
+        engine.last_watch_result()
+    );
+    let builds = || clock.0.load(std::sync::atomic::Ordering::Relaxed);
+    let after = builds();
+    // The watcher polls in real time; fifteen polls' worth of it must stay idle.
+    #[allow(clippy::disallowed_methods)]
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        builds(),
+        after,
+        "the watcher kept rebuilding the same content"
+    );
+}
+
 #[test]
 fn only_the_headers_elements_observe_are_decoded() {
     let yaml = echo_edge(&["logging"], &["metrics", "prequal_server"]);
