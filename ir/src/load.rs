@@ -145,6 +145,19 @@ pub fn load_edge(config: &Config, edge_name: &str) -> Result<LoadedEdge, LoadErr
     let mut errors = 0;
     for (position, use_) in edge.chain() {
         let Some(source) = element_source(config, use_) else {
+            if let Some(path) = &use_.path {
+                let full = config.dir.join(path);
+                let why = match std::fs::read_to_string(&full) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "it changed while being read".to_owned(),
+                };
+                return Err(LoadError::Element {
+                    config: config.file.clone(),
+                    edge: edge.name.clone(),
+                    element: use_.name.clone(),
+                    message: format!("cannot read its file `{}`: {why}", full.display()),
+                });
+            }
             let mut known: Vec<String> = stdlib::names().map(str::to_owned).collect();
             for dir in &config.element_paths {
                 known.extend(list_elements(dir));

@@ -214,6 +214,20 @@ fn config_errors_name_the_problem() {
         e.contains("unknown element `firewal`") && e.contains("firewall"),
         "{e}"
     );
+
+    // An element given by `path` that cannot be read: the path and the reason, not a guess.
+    let yaml = echo_edge(
+        &["element: firewall\n        path: elements/nope.weft"],
+        &[],
+    );
+    let e = Engine::open_yaml(&yaml, examples().join("echo"), "frontend", options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("nope.weft") && e.contains("No such file") && !e.contains("unknown element"),
+        "{e}"
+    );
 }
 
 #[test]
