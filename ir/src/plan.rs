@@ -291,18 +291,28 @@ impl Problem {
 
     /// The cheapest equivalent placement, or `None` when the deadline passed first.
     pub fn exact(&mut self, deadline: Instant) -> Option<(f64, Placement)> {
+        self.exact_within(Some(deadline), u64::MAX).0
+    }
+
+    /// [`Problem::exact`] that also gives up after `max_steps` states of the search, and the
+    /// number of states it visited. Processes that must agree on a placement (the two ends
+    /// of an edge) bound the search by steps: every process stops at the same point, where
+    /// a deadline depends on the machine's load.
+    pub fn exact_within(
+        &mut self,
+        deadline: Option<Instant>,
+        max_steps: u64,
+    ) -> (Option<(f64, Placement)>, u64) {
         let n = self.len();
         if n >= 64 {
-            return None;
+            return (None, 0);
         }
         if n == 0 {
-            return Some((
-                0.0,
-                Placement {
-                    order: Vec::new(),
-                    stages: Vec::new(),
-                },
-            ));
+            let empty = Placement {
+                order: Vec::new(),
+                stages: Vec::new(),
+            };
+            return (Some((0.0, empty)), 0);
         }
         let start = self.checker.start();
         let fp = self.checker.fingerprint(&start, self.obs);
@@ -316,15 +326,19 @@ impl Problem {
             index: HashMap::from([((0u64, fp), 0usize)]),
             memo: HashMap::new(),
             deadline,
+            max_steps,
             steps: 0,
             aborted: false,
         };
         let best = dp.solve(self, 0, NONE, 0);
         self.checker.reset_scratch();
+        let steps = dp.steps;
         if dp.aborted {
-            return None;
+            return (None, steps);
         }
-        let cost = best.map(|b| b.0)?;
+        let Some(cost) = best.map(|b| b.0) else {
+            return (None, steps);
+        };
         // Follow the choices.
         let mut stages = vec![Stage::new(Side::Client, crate::config::Processor::Lib); n];
         let mut order = Vec::with_capacity(n);
@@ -337,7 +351,8 @@ impl Problem {
                 None => break,
             }
         }
-        (order.len() == n).then_some((cost, Placement { order, stages }))
+        let found = (order.len() == n).then_some((cost, Placement { order, stages }));
+        (found, steps)
     }
 
     /// Every order, every side and every processor assignment (with only the checker's
@@ -674,7 +689,8 @@ struct Dp {
     nodes: Vec<Node>,
     index: HashMap<(u64, Vec<u32>), usize>,
     memo: HashMap<State, Choice>,
-    deadline: Instant,
+    deadline: Option<Instant>,
+    max_steps: u64,
     steps: u64,
     aborted: bool,
 }
@@ -729,7 +745,10 @@ impl Dp {
             return *c;
         }
         self.steps += 1;
-        if self.steps.is_multiple_of(256) && Instant::now() >= self.deadline {
+        if self.steps > self.max_steps
+            || (self.steps.is_multiple_of(256)
+                && self.deadline.is_some_and(|d| Instant::now() >= d))
+        {
             self.aborted = true;
         }
         if self.aborted {

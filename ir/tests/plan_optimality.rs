@@ -158,3 +158,39 @@ fn annealing_is_within_one_and_a_half_percent_of_exact() {
         assert!(rate >= 98.0, "{n} elements: only {rate:.1}% within 1.5%");
     }
 }
+
+/// A step bound is exact: the search that needs N states finds the placement with N and
+/// gives up with N - 1, on every machine (the runtime bounds its search this way so both
+/// ends of an edge agree).
+#[test]
+fn the_exact_search_honours_its_step_bound() {
+    let mut pb = problem(3, 10);
+    let (found, needed) = pb.exact_within(None, u64::MAX);
+    assert!(found.is_some() && needed > 1);
+    let (again, steps) = pb.exact_within(None, needed);
+    assert_eq!(again.map(|f| f.1), found.map(|f| f.1));
+    assert_eq!(steps, needed);
+    let (cut, _) = pb.exact_within(None, needed - 1);
+    assert!(cut.is_none(), "the search went past its bound");
+}
+
+/// How many search states the exact search visits on random 12-element chains, and how long
+/// it takes: what the runtime's step bound (`EngineOptions::plan_steps`) is chosen from.
+/// `cargo test --release -p weft-ir --test plan_optimality -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, not a check"]
+fn exact_search_steps_on_twelve_elements() {
+    let mut steps = Vec::new();
+    for seed in 0..env_usize("PLAN_STEP_CHAINS", 100) as u64 {
+        let mut pb = problem(seed, 12);
+        let started = Instant::now();
+        let (found, n) = pb.exact_within(None, u64::MAX);
+        assert!(found.is_some());
+        steps.push((n, started.elapsed()));
+    }
+    steps.sort();
+    let (max, slowest) = steps[steps.len() - 1];
+    let (median, _) = steps[steps.len() / 2];
+    let per_step = slowest.as_secs_f64() / max as f64 * 1e6;
+    println!("steps: median {median}, max {max} ({slowest:?}, {per_step:.2} µs per step)");
+}

@@ -4,11 +4,11 @@
 //! The planner may still move an `any` element between the client and the server side (when
 //! the equivalence checker proves that changes nothing observable), so the client and the
 //! server process must reach the same answer from the same files. The exact search is
-//! deterministic; the annealer is not (it runs against a wall-clock budget), so chains too
-//! long for the exact search, or whose exact search runs out of time, keep their configured
-//! order and sides. See docs/engine.md.
-
-use std::time::{Duration, Instant};
+//! deterministic, and bounded by a number of search steps rather than by time so that every
+//! process gives up at the same point however loaded its machine; the annealer is not (it
+//! runs against a wall-clock budget), so chains too long for the exact search, or whose
+//! exact search runs out of steps, keep their configured order and sides. See
+//! docs/engine.md.
 
 use weft_ir::config::{Processor, Side};
 use weft_ir::cost::CostTable;
@@ -22,7 +22,7 @@ use crate::error::EngineError;
 const EXACT_LIMIT: usize = 12;
 
 /// The order and sides of an edge's elements, every one of them on the `lib` processor.
-pub fn in_process_layout(edge: &LoadedEdge, budget: Duration) -> Result<Layout, EngineError> {
+pub fn in_process_layout(edge: &LoadedEdge, max_steps: u64) -> Result<Layout, EngineError> {
     let name = edge.edge.name.clone();
     let plan_err = |source: PlanError| EngineError::Plan {
         edge: name.clone(),
@@ -51,7 +51,7 @@ pub fn in_process_layout(edge: &LoadedEdge, budget: Duration) -> Result<Layout, 
     }
     let configured = pb.configured().map(|(_, p)| p);
     let searched = if pb.len() <= EXACT_LIMIT {
-        pb.exact(Instant::now() + budget).map(|(_, p)| p)
+        pb.exact_within(None, max_steps).0.map(|(_, p)| p)
     } else {
         None
     };
