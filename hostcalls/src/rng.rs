@@ -74,7 +74,14 @@ impl RandomSource for SeededRng {
 pub fn random_float(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> f64 {
     const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
     let u = (rng.next_u64() >> 11) as f64 * SCALE;
-    lo + (hi - lo) * u
+    let width = hi - lo;
+    if width.is_finite() {
+        lo + width * u
+    } else {
+        // The width overflows (lo = -1e308, hi = 1e308): weigh the ends instead, which
+        // stays finite for finite ends.
+        lo * (1.0 - u) + hi * u
+    }
 }
 
 /// `random_int(lo, hi)`: uniform in [lo, hi), for any range up to the full width of `i64`.
@@ -126,6 +133,21 @@ fn uniform_below(rng: &mut dyn RandomSource, bound: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range wider than the largest double still draws finite numbers inside it.
+    #[test]
+    fn random_float_over_the_widest_range_stays_finite_and_in_range() {
+        let mut rng = SeededRng::new(9);
+        for _ in 0..1_000 {
+            let x = random_float(&mut rng, -1e308, 1e308);
+            assert!(x.is_finite() && (-1e308..=1e308).contains(&x), "{x}");
+        }
+        let ends = [0, u64::MAX];
+        for word in ends {
+            let x = random_float(&mut Replay(vec![word]), -f64::MAX, f64::MAX);
+            assert!(x.is_finite(), "{x}");
+        }
+    }
 
     /// Replays fixed words, to pin down exactly how each built-in consumes the stream.
     struct Replay(Vec<u64>);

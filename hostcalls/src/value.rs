@@ -178,6 +178,14 @@ impl Value {
             (Value::Vec(a), Value::Vec(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.lang_eq(y))
             }
+            // Keys compare as the map orders them (a lookup tells 0.0 from -0.0); values
+            // with the language's `==`, as in every other container.
+            (Value::Map(a), Value::Map(b)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .all(|((ka, va), (kb, vb))| ka == kb && va.lang_eq(vb))
+            }
             (Value::Opt(a), Value::Opt(b)) => match (a, b) {
                 (Some(a), Some(b)) => a.lang_eq(b),
                 (None, None) => true,
@@ -271,6 +279,26 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert(nan.clone(), Value::Int(1));
         assert_eq!(m.get(&nan), Some(&Value::Int(1)));
+    }
+
+    /// `==` on a map compares its values as `==` on a vector does: NaN differs from
+    /// itself, 0.0 equals -0.0.
+    #[test]
+    fn map_equality_uses_the_languages_float_equality_for_values() {
+        let map = |v: f64| Value::Map(BTreeMap::from([(Value::Int(1), Value::Float(v))]));
+        let vec = |v: f64| Value::Vec(vec![Value::Float(v)]);
+        for (a, b) in [(f64::NAN, f64::NAN), (0.0, -0.0), (1.0, 1.0), (1.0, 2.0)] {
+            assert_eq!(
+                map(a).lang_eq(&map(b)),
+                vec(a).lang_eq(&vec(b)),
+                "{a} == {b}"
+            );
+        }
+        let keyed = |k: f64| Value::Map(BTreeMap::from([(Value::Float(k), Value::Int(1))]));
+        assert!(
+            !keyed(0.0).lang_eq(&keyed(-0.0)),
+            "keys are told apart as lookups do"
+        );
     }
 
     #[test]
