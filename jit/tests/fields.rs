@@ -4,14 +4,16 @@
 //! truncation and many corruptions of them: the same values, the same rewritten bytes (unknown
 //! fields kept), and the same INVALID_ARGUMENT rejections for malformed bytes.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{local_store, rpc};
 use weft_hostcalls::channel::ChannelRecord;
-use weft_hostcalls::state::{LocalStore, StateStore, VarSpec};
 use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
 use weft_ir::check::{CheckEnv, check};
 use weft_ir::diag::SourceFile;
-use weft_ir::interp::{Host, Instance, RpcInfo};
+use weft_ir::interp::{Host, Instance};
 use weft_ir::ir::Element;
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, resolve_path};
@@ -113,12 +115,7 @@ struct Side {
 }
 
 fn side(e: &Element, jit: bool) -> Side {
-    let specs: Vec<VarSpec> = e
-        .state
-        .iter()
-        .map(|v| VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value()))
-        .collect();
-    let store: Box<dyn StateStore + Send> = Box::new(LocalStore::new(&specs));
+    let store = local_store(e);
     let store = if jit { block_store(e, store) } else { store };
     Side {
         inst: Instance::new("reader", store, Box::new(SeededRng::new(1))),
@@ -136,13 +133,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
     let compiled = compile(&chain, Fusion::Fused).unwrap();
     let mut bufs = Buffers::default();
     let clock = VirtualClock::new(1.0);
-    let rpc = RpcInfo {
-        id: 1,
-        method: String::new(),
-        src: "c".into(),
-        service: "s".into(),
-        routed: None,
-    };
+    let rpc = rpc();
     let (mut a, mut b) = (side(e, false), side(e, true));
     let ra = {
         let mut host = Host {

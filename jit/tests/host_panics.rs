@@ -2,16 +2,15 @@
 //! A host call into the embedder's code (the clock) that panics fails the RPC: compiled code
 //! calls host functions through `extern "C"`, where an unwinding panic aborts the process.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::{echo_element, jit_instance, rpc};
 use weft_hostcalls::clock::Clock;
-use weft_hostcalls::state::{LocalStore, StateStore, VarSpec};
-use weft_hostcalls::{Code, Message, SeededRng};
-use weft_ir::config::Config;
-use weft_ir::interp::{Host, Instance, RpcInfo, Verdict};
-use weft_ir::load::load_edge;
-use weft_jit::{Buffers, Fusion, block_store, compile};
+use weft_hostcalls::{Code, Message};
+use weft_ir::interp::{Host, Verdict};
+use weft_jit::{Buffers, Fusion, compile};
 
 /// A clock that works until it is told to panic.
 struct FailingClock(AtomicBool);
@@ -25,19 +24,8 @@ impl Clock for FailingClock {
 
 #[test]
 fn a_panicking_clock_fails_the_rpc_instead_of_aborting() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
-    let yaml = "protos: [echo.proto]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    client:\n      - ratelimit\n";
-    let config = Config::parse("x.yaml", &dir, yaml).unwrap();
-    let edge = load_edge(&config, "a->b").unwrap();
-    let method = edge.methods[0].clone();
-    let e = edge.elements[0].ir[&method.full_name].clone();
-    let specs: Vec<VarSpec> = e
-        .state
-        .iter()
-        .map(|v| VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value()))
-        .collect();
-    let store: Box<dyn StateStore + Send> = Box::new(LocalStore::new(&specs));
-    let mut inst = Instance::new("rl", block_store(&e, store), Box::new(SeededRng::new(1)));
+    let (e, _) = echo_element("ratelimit");
+    let mut inst = jit_instance(&e, "rl");
     let clock = FailingClock(AtomicBool::new(false));
     let mut records = Vec::new();
     let mut host = Host {
@@ -47,18 +35,11 @@ fn a_panicking_clock_fails_the_rpc_instead_of_aborting() {
     weft_ir::interp::run_init(&mut inst, &e, &mut host).unwrap();
     clock.0.store(true, Ordering::Relaxed);
     let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
-    let rpc = RpcInfo {
-        id: 1,
-        method: String::new(),
-        src: "a".into(),
-        service: "b".into(),
-        routed: None,
-    };
     let out = compiled.request(
         &mut Buffers::default(),
         &mut [&mut inst],
         Message::request(vec![]),
-        &rpc,
+        &rpc(),
         &mut host,
     );
     match out.verdict {

@@ -3,38 +3,24 @@
 //! after a new version is published, and the old module is freed when that call's reference
 //! goes (tests/loom.rs models the same logic under every interleaving).
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 
-use weft_hostcalls::state::{LocalStore, StateStore, VarSpec};
-use weft_hostcalls::{Message, SeededRng, VirtualClock};
-use weft_ir::config::Config;
-use weft_ir::interp::{Host, Instance, RpcInfo, Verdict};
+use common::{echo_element, jit_instance, rpc};
+use weft_hostcalls::{Message, VirtualClock};
+use weft_ir::interp::{Host, Verdict};
 use weft_ir::ir::Element;
-use weft_ir::load::load_edge;
 use weft_ir::schema::MethodSchema;
 use weft_jit::lifetime::VersionSlot;
-use weft_jit::{Buffers, Compiled, Fusion, block_store, compile};
+use weft_jit::{Buffers, Compiled, Fusion, compile};
 
 fn firewall(deny: &str) -> (Arc<Element>, MethodSchema) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
-    let yaml = format!(
-        "protos: [echo.proto]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    client:\n      - firewall: {{field: user, deny: [{deny}]}}\n"
-    );
-    let config = Config::parse("x.yaml", &dir, &yaml).unwrap();
-    let edge = load_edge(&config, "a->b").unwrap();
-    let m = edge.methods[0].clone();
-    (edge.elements[0].ir[&m.full_name].clone(), m)
+    echo_element(&format!("firewall: {{field: user, deny: [{deny}]}}"))
 }
 
 fn run(c: &Compiled, (e, method): &(Arc<Element>, MethodSchema), user: &str) -> bool {
-    let specs: Vec<VarSpec> = e
-        .state
-        .iter()
-        .map(|v| VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value()))
-        .collect();
-    let store: Box<dyn StateStore + Send> = Box::new(LocalStore::new(&specs));
-    let mut inst = Instance::new("fw", block_store(e, store), Box::new(SeededRng::new(1)));
+    let mut inst = jit_instance(e, "fw");
     let clock = VirtualClock::new(0.0);
     let mut records = Vec::new();
     let mut host = Host {
@@ -44,18 +30,11 @@ fn run(c: &Compiled, (e, method): &(Arc<Element>, MethodSchema), user: &str) -> 
     weft_ir::interp::run_init(&mut inst, e, &mut host).unwrap();
     let bytes =
         weft_ir::wire::json_to_bytes(&method.request, &serde_json::json!({"user": user})).unwrap();
-    let rpc = RpcInfo {
-        id: 1,
-        method: String::new(),
-        src: "c".into(),
-        service: "s".into(),
-        routed: None,
-    };
     let out = c.request(
         &mut Buffers::default(),
         &mut [&mut inst],
         Message::request(bytes),
-        &rpc,
+        &rpc(),
         &mut host,
     );
     matches!(out.verdict, Verdict::Forward(_))
