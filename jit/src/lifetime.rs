@@ -6,7 +6,8 @@
 //! slot's own reference while the version is current). Publishing a new version drops the
 //! slot's reference; the last call to return drops the version, and only then is its
 //! `JITModule` freed. The primitives come from [`crate::sync`], so the loom model in
-//! `tests/loom.rs` checks this very code.
+//! `tests/loom.rs` checks this very code. The runtime keeps its versions its own way
+//! (`ArcSwap` and `Weak`s, docs/jit.md), which that model does not cover.
 
 use crate::sync::{Arc, Mutex, lock};
 
