@@ -1399,7 +1399,7 @@ impl Gen<'_> {
     /// inside a string expression cannot nest without bound (the fuzzer drove
     /// `get_rpc_header(rpc, get_rpc_header(rpc, …))` past the parser's 64 levels).
     fn header_name(&mut self, d: usize) -> Expr {
-        match self.e.below(5) {
+        let mut name = match self.e.below(5) {
             0 | 1 => lit_s("dst"),
             2 => lit_s("x-gen"),
             4 if d > 0 => self.expr(&Type::Str, true, (d - 1).min(1)),
@@ -1407,7 +1407,12 @@ impl Gen<'_> {
                 let s = self.string_value();
                 lit_s(&s)
             }
+        };
+        // The checker refuses name literals with upper-case letters (keys are lower-case).
+        if let ExprKind::Lit(Lit::Str(s)) = &mut name.kind {
+            s.make_ascii_lowercase();
         }
+        name
     }
 
     fn set_header(&mut self) -> Option<Stmt> {

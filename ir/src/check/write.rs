@@ -153,6 +153,25 @@ impl Checker<'_> {
         Some(StmtKind::LocalDelete { local, key })
     }
 
+    /// gRPC metadata keys are lower-case on the wire, and the runtime and the simulator
+    /// lower-case every key they receive: a name written as a literal with an upper-case
+    /// letter would never be read, and would write a key HTTP/2 refuses. (Only literals: a
+    /// computed name is the element's business.)
+    pub(super) fn header_name_case(&mut self, name: &ast::Expr) {
+        if let ast::ExprKind::Lit(Lit::Str(n)) = &name.kind
+            && n.bytes().any(|b| b.is_ascii_uppercase())
+        {
+            let lower = n.to_ascii_lowercase();
+            self.error(
+                name.span,
+                format!(
+                    "header name '{n}' has upper-case letters; gRPC metadata keys are lower-case"
+                ),
+            )
+            .hint = Some(format!("write '{lower}'"));
+        }
+    }
+
     pub(super) fn set_header(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
         if !self.arity(
             "set_rpc_header",
@@ -180,6 +199,7 @@ impl Checker<'_> {
         }
         let name = self.expr(&args[1], Some(&Type::Str));
         let name = self.coerce(name, &Type::Str, "the header name");
+        self.header_name_case(&args[1]);
         let value = self.expr(&args[2], Some(&Type::Str));
         let value = self.coerce(value, &Type::Str, "a header value");
         Some(StmtKind::SetHeader { msg, name, value })
