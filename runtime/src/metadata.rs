@@ -123,47 +123,37 @@ pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String
     Ok(out)
 }
 
-/// An HTTP/2 header name: one or more token characters (RFC 9110 `tchar`), after a `:` for a
-/// pseudo-header (grpc-go hands servers `:authority`). gRPC's own keys are a subset; a peer
-/// may send any token, and refusing one would fail its RPC. What this keeps out is what no
-/// HTTP/2 peer can send: control characters, spaces, separators, non-ASCII bytes.
+/// A key is one or more bytes of printable ASCII other than space (0x21..=0x7E): what keeps
+/// control characters, spaces and non-ASCII bytes from a C caller out of the metadata.
+/// HTTP/2 header names are narrower (tokens, lower-case, `:` only to start a pseudo-header),
+/// but gRPC peers already refuse those, and this runs on every key of every call (the
+/// stamp lookup): eight bytes at a time, about the cost of the `is_ascii` it replaced.
 fn valid_key(key: &[u8]) -> bool {
-    let name = key.strip_prefix(b":").unwrap_or(key);
-    !name.is_empty() && name.iter().all(|&b| TOKEN[usize::from(b)])
-}
-
-const TOKEN: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
-        b += 1;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Whether a byte of `w` is below 0x21 or above 0x7E ("hasless" and "hasmore" of
+    // Anderson's bit hacks, exact for these bounds).
+    let outside = |w: u64| {
+        let below = w.wrapping_sub(ONES * 0x21) & !w;
+        let above = w.wrapping_add(ONES) | w;
+        (below | above) & HIGH != 0
+    };
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        if outside(u64::from_le_bytes(std::array::from_fn(|i| c[i]))) {
+            return false;
+        }
     }
-    t
-};
+    let rest = chunks.remainder();
+    let mut tail = [b'a'; 8];
+    tail[..rest.len()].copy_from_slice(rest);
+    !key.is_empty() && !outside(u64::from_le_bytes(tail))
+}
 
 #[cold]
 fn bad_key(entry: usize, key: &[u8]) -> String {
     format!(
-        "metadata entry {entry}: a key must be an HTTP/2 header name (letters, digits and !#$%&'*+-.^_`|~, after an optional ':'), got {:?}",
+        "metadata entry {entry}: a key must be printable ASCII without spaces, as HTTP/2 header names are, got {:?}",
         String::from_utf8_lossy(key)
     )
 }
@@ -368,17 +358,15 @@ mod tests {
         for key in [
             "é",
             "",
-            ":",
             "a b",
             "tab\t",
             "nul\0",
-            "semi;colon",
-            "x:y",
-            "::a",
+            "del\x7f",
+            "long-enough-key\n",
         ] {
             let bad = encode(&Metadata::new(), &[raw(key, b"x")]);
             let e = decode(&bad, Keys::All).unwrap_err();
-            assert!(e.contains("HTTP/2 header name"), "{key:?}: {e}");
+            assert!(e.contains("printable ASCII"), "{key:?}: {e}");
             assert!(find(&bad, "dst").is_err(), "{key:?}");
         }
         for key in [
@@ -386,11 +374,28 @@ mod tests {
             "x-b3-traceid",
             "user-agent",
             "grpc-timeout",
-            "x!#$%&'*+.^_`|~",
+            "!~",
         ] {
             let good = encode(&Metadata::new(), &[raw(key, b"x")]);
             assert!(decode(&good, Keys::All).is_ok(), "{key:?}");
             assert!(find(&good, "dst").is_ok(), "{key:?}");
+        }
+    }
+
+    /// The word-at-a-time check agrees with the byte-at-a-time rule on every length and
+    /// every byte value in every position.
+    #[test]
+    fn key_check_agrees_with_the_rule_byte_by_byte() {
+        let rule = |k: &[u8]| !k.is_empty() && k.iter().all(|b| (0x21..=0x7e).contains(b));
+        for len in 0..=20 {
+            for pos in 0..len {
+                for b in 0..=255u8 {
+                    let mut key = vec![b'k'; len];
+                    key[pos] = b;
+                    assert_eq!(valid_key(&key), rule(&key), "{key:?}");
+                }
+            }
+            assert_eq!(valid_key(&vec![b'k'; len]), len > 0);
         }
     }
 }
