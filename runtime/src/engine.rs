@@ -440,7 +440,7 @@ impl Engine {
         let mut read = None;
         let mut first = build(&source, service, &options, 1, &counters, None, &mut read)?;
         first.mark_installed();
-        let files_read = (first.files.clone(), first.files_fingerprint);
+        let files_read = read.unwrap_or_default();
         let inner = Arc::new(Inner {
             service: service.to_owned(),
             source: Mutex::new(source),

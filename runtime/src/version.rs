@@ -464,11 +464,6 @@ pub(crate) struct Version {
     pub segments: Vec<Segment>,
     /// Per edge of this service: the planned order and sides.
     pub layouts: Vec<(String, Layout)>,
-    /// The files this version was built from (config, protos, element sources), to watch.
-    pub files: Vec<PathBuf>,
-    /// The content of `files` as this build read it. The watcher compares the files on disk
-    /// with this, so a write made while the version was being built is not missed.
-    pub files_fingerprint: [u8; 32],
     counters: Arc<VersionCounters>,
     /// Set by [`Version::mark_installed`].
     installed: bool,
@@ -634,8 +629,10 @@ pub(crate) fn build(
         ConfigSource::File(p) => Some(p.as_path()),
         ConfigSource::Yaml { .. } => None,
     };
-    let (digest, files, files_fingerprint) = content_digest(&config, &yaml, config_path);
-    *read = Some((files.clone(), files_fingerprint));
+    let (digest, files, fingerprint) = content_digest(&config, &yaml, config_path);
+    // The watcher compares the files on disk with what this build read, so a write made
+    // while the version was being built is not missed.
+    *read = Some((files, fingerprint));
     let mine: Vec<&weft_ir::config::Edge> = config
         .edges
         .iter()
@@ -664,8 +661,6 @@ pub(crate) fn build(
         server: BTreeMap::new(),
         segments: Vec::new(),
         layouts: Vec::new(),
-        files,
-        files_fingerprint,
         counters: Arc::clone(counters),
         installed: false,
     };
