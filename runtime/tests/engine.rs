@@ -55,6 +55,13 @@ fn echo_copy() -> tempfile::TempDir {
     dir
 }
 
+/// Request metadata carrying a `weft-version` stamp.
+fn stamped(digest: &str) -> Metadata {
+    let mut m = Metadata::new();
+    m.insert("weft-version".into(), digest.into());
+    m
+}
+
 fn error_code(seen: &Seen) -> Option<Code> {
     match seen {
         Seen::Error { code, .. } => Some(*code),
@@ -288,11 +295,6 @@ fn stamped_requests_run_their_version_while_it_lives() {
     let config = dir.path().join("weft.yaml");
     let server = Engine::open(&config, "echo", options()).unwrap();
     let old_digest = server.digest();
-    let stamped = |digest: &str| {
-        let mut m = Metadata::new();
-        m.insert("weft-version".into(), digest.into());
-        m
-    };
     // An RPC of version 1 is in flight on the server (metrics waits for its response).
     let held = server
         .process_request(
@@ -366,13 +368,11 @@ fn a_stamp_of_a_version_without_the_method_runs_the_current_chain() {
     let config = dir.path().join("weft.yaml");
     let server = Engine::open(&config, "echo", options()).unwrap();
     let old_digest = server.digest();
-    let mut stamped = Metadata::new();
-    stamped.insert("weft-version".into(), old_digest.clone());
     let held = server
         .process_request(
             Side::Server,
             "/echo.Echo/Say",
-            stamped.clone(),
+            stamped(&old_digest),
             two_strings("a", "b"),
         )
         .unwrap();
@@ -390,7 +390,7 @@ fn a_stamp_of_a_version_without_the_method_runs_the_current_chain() {
         .process_request(
             Side::Server,
             "/echo.Echo/SayStream",
-            stamped,
+            stamped(&old_digest),
             two_strings("mallory", "x"),
         )
         .unwrap();
@@ -416,14 +416,12 @@ fn a_stamp_runs_the_newest_live_version_with_that_content() {
     let config = dir.path().join("weft.yaml");
     let server = Engine::open(&config, "echo", options()).unwrap();
     let digest = server.digest();
-    let mut stamped = Metadata::new();
-    stamped.insert("weft-version".into(), digest.clone());
     let request = || {
         server
             .process_request(
                 Side::Server,
                 "/echo.Echo/Say",
-                stamped.clone(),
+                stamped(&digest),
                 two_strings("a", "b"),
             )
             .unwrap()
