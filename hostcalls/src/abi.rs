@@ -134,6 +134,89 @@ pub struct BlockVar {
     pub zero: Value,
 }
 
+/// The slots where a store keeps the local scalars compiled code reads and writes directly:
+/// slot `i` holds state variable `i`, encoded as the layout's kind `i` (`None`: the variable
+/// lives elsewhere and its slot is unused). There is always one slot per kind. Compiled code
+/// uses a block only when its layout is exactly the one the code was compiled for, so a store
+/// cannot hand it memory of another shape.
+#[derive(Debug)]
+pub struct ScalarBlock {
+    /// Atomics only so the host may read and write slots through shared references while
+    /// compiled code holds a raw pointer to them; accesses are never concurrent.
+    slots: Box<[AtomicU64]>,
+    layout: BlockLayout,
+}
+
+impl ScalarBlock {
+    /// A block of `layout`, every slot holding the bits of `init`'s value for it (0 where
+    /// it has none).
+    pub fn new(layout: BlockLayout, init: impl Fn(usize) -> u64) -> Self {
+        let slots = (0..layout.kinds.len())
+            .map(|i| AtomicU64::new(init(i)))
+            .collect();
+        ScalarBlock { slots, layout }
+    }
+
+    pub fn slots(&self) -> &[AtomicU64] {
+        &self.slots
+    }
+
+    pub fn layout(&self) -> &BlockLayout {
+        &self.layout
+    }
+}
+
+/// The kinds of a state block's slots, with a number that identifies short layouts exactly
+/// (computed once), so checking a block's layout costs a comparison, not a loop: it is
+/// checked for every element of every call.
+#[derive(Clone, Debug)]
+pub struct BlockLayout {
+    kinds: Box<[Option<SlotKind>]>,
+    /// Three bits per slot (0 for none, 1 + the kind) under the slot count in the top four
+    /// bits; [`BlockLayout::UNCODED`] for layouts longer than 15 slots.
+    code: u64,
+}
+
+impl BlockLayout {
+    /// Not the code of any layout: it would have slots of kind 7.
+    const UNCODED: u64 = u64::MAX;
+
+    pub fn new(kinds: impl Into<Box<[Option<SlotKind>]>>) -> Self {
+        let kinds = kinds.into();
+        let code = match kinds.len() {
+            0..=15 => {
+                let slots = kinds.iter().enumerate().fold(0u64, |acc, (i, k)| {
+                    let v = match k {
+                        None => 0,
+                        Some(SlotKind::Bool) => 1,
+                        Some(SlotKind::Int) => 2,
+                        Some(SlotKind::Uint) => 3,
+                        Some(SlotKind::Float) => 4,
+                        Some(SlotKind::Instant) => 5,
+                    };
+                    acc | (v << (3 * i))
+                });
+                slots | ((kinds.len() as u64) << 60)
+            }
+            _ => Self::UNCODED,
+        };
+        BlockLayout { kinds, code }
+    }
+
+    pub fn kinds(&self) -> &[Option<SlotKind>] {
+        &self.kinds
+    }
+}
+
+impl PartialEq for BlockLayout {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code && (self.code != Self::UNCODED || self.kinds == other.kinds)
+    }
+}
+
+impl Eq for BlockLayout {}
+
 /// A state store that keeps some local scalar variables in a block of 8-byte slots that
 /// compiled code reads and writes directly (no host call), and every other variable in the
 /// store it wraps. Reads and writes through the [`StateStore`] trait see the same slots, so
@@ -142,22 +225,26 @@ pub struct BlockStore {
     inner: Box<dyn StateStore + Send>,
     /// Indexed by variable id; `None` for variables the inner store holds.
     vars: Vec<Option<BlockVar>>,
-    /// Atomics only so the host may read and write slots through shared references while
-    /// compiled code holds a raw pointer to them; accesses are never concurrent.
-    slots: Box<[AtomicU64]>,
+    /// `vars`' slots, laid out as compiled code checks.
+    block: ScalarBlock,
 }
 
 impl BlockStore {
     pub fn new(inner: Box<dyn StateStore + Send>, vars: Vec<Option<BlockVar>>) -> Self {
-        let slots = vars
-            .iter()
-            .map(|v| AtomicU64::new(v.as_ref().and_then(|b| b.kind.encode(&b.zero)).unwrap_or(0)))
-            .collect();
-        BlockStore { inner, vars, slots }
+        let layout = BlockLayout::new(
+            vars.iter()
+                .map(|v| v.as_ref().map(|b| b.kind))
+                .collect::<Vec<_>>(),
+        );
+        let block = ScalarBlock::new(layout, |i| {
+            let var = vars.get(i).and_then(Option::as_ref);
+            var.and_then(|b| b.kind.encode(&b.zero)).unwrap_or(0)
+        });
+        BlockStore { inner, vars, block }
     }
 
     fn block_var(&self, var: VarId) -> Option<(&BlockVar, &AtomicU64)> {
-        match (self.vars.get(var), self.slots.get(var)) {
+        match (self.vars.get(var), self.block.slots.get(var)) {
             (Some(Some(b)), Some(slot)) => Some((b, slot)),
             _ => None,
         }
@@ -222,7 +309,7 @@ impl StateStore for BlockStore {
 
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         let mut snap = self.inner.snapshot();
-        for (b, slot) in self.vars.iter().zip(self.slots.iter()) {
+        for (b, slot) in self.vars.iter().zip(self.block.slots.iter()) {
             if let Some(b) = b
                 && let Some(entry) = snap.iter_mut().find(|(n, _)| *n == b.name)
             {
@@ -232,10 +319,8 @@ impl StateStore for BlockStore {
         snap
     }
 
-    fn scalar_block(&mut self) -> Option<*mut u64> {
-        // `AtomicU64` has the layout of `u64`; the pointer is only dereferenced by compiled
-        // code while this store is borrowed for the call.
-        Some(self.slots.as_ptr().cast::<u64>().cast_mut())
+    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
+        Some(&self.block)
     }
 }
 
@@ -383,5 +468,69 @@ impl HostFn {
     /// The symbol compiled objects import the function by.
     pub fn symbol(self) -> String {
         format!("weft_hc_{}", self as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BlockLayout, SlotKind};
+
+    const KINDS: [Option<SlotKind>; 6] = [
+        None,
+        Some(SlotKind::Bool),
+        Some(SlotKind::Int),
+        Some(SlotKind::Uint),
+        Some(SlotKind::Float),
+        Some(SlotKind::Instant),
+    ];
+
+    /// Every layout of up to `n` slots.
+    fn layouts(n: usize) -> Vec<Vec<Option<SlotKind>>> {
+        let mut all = vec![vec![]];
+        let mut last = vec![vec![]];
+        for _ in 0..n {
+            last = last
+                .iter()
+                .flat_map(|l: &Vec<_>| {
+                    KINDS.iter().map(move |k| {
+                        let mut l = l.clone();
+                        l.push(*k);
+                        l
+                    })
+                })
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    #[test]
+    fn layouts_are_equal_exactly_when_their_kinds_are() {
+        let all = layouts(4);
+        for a in &all {
+            for b in &all {
+                assert_eq!(
+                    BlockLayout::new(a.clone()) == BlockLayout::new(b.clone()),
+                    a == b,
+                    "{a:?} vs {b:?}"
+                );
+            }
+        }
+        // Past the length the number encodes, the kinds themselves are compared; the last
+        // slot is the only difference.
+        let long: Vec<_> = (0..20).map(|i| KINDS[i % 6]).collect();
+        for a in &all {
+            let (mut x, mut y) = (long.clone(), long.clone());
+            x.extend(a);
+            y.extend(a);
+            assert!(BlockLayout::new(x.clone()) == BlockLayout::new(y.clone()));
+            y.push(None);
+            x.push(Some(SlotKind::Int));
+            assert!(BlockLayout::new(x) != BlockLayout::new(y), "{a:?}");
+        }
+        // 15 slots is the longest layout with a number; 16 is compared by kinds.
+        let (fifteen, sixteen) = (vec![KINDS[5]; 15], vec![KINDS[5]; 16]);
+        assert!(BlockLayout::new(fifteen.clone()) != BlockLayout::new(sixteen.clone()));
+        assert!(BlockLayout::new(sixteen.clone()) == BlockLayout::new(sixteen));
     }
 }

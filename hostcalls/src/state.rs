@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::abi::ScalarBlock;
 use crate::value::Value;
 
 /// A state variable's index in the element's declaration order.
@@ -198,7 +199,7 @@ pub trait StateStore {
     fn snapshot(&mut self) -> Vec<(String, Value)>;
     /// The block of 8-byte slots where this store keeps local scalars that compiled code
     /// addresses directly (see [`crate::abi::BlockStore`]); `None` for every other store.
-    fn scalar_block(&mut self) -> Option<*mut u64> {
+    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
         None
     }
 }
@@ -207,7 +208,7 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         (**self).snapshot()
     }
-    fn scalar_block(&mut self) -> Option<*mut u64> {
+    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
         (**self).scalar_block()
     }
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {

@@ -11,7 +11,7 @@ use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use cranelift_object::{ObjectBuilder, ObjectModule};
-use weft_hostcalls::abi::HostFn;
+use weft_hostcalls::abi::{BlockLayout, HostFn};
 use weft_ir::ir::Element;
 
 use crate::error::JitError;
@@ -27,23 +27,26 @@ pub enum Fusion {
     Unfused,
 }
 
-/// A compiled segment function. The frame pointer is the only argument.
-pub type SegmentFn = for<'x, 'a, 'i, 'h> extern "C" fn(&'x mut Frame<'a, 'i, 'h>);
+/// A compiled segment function. The frame pointer is the only argument. Calling one is
+/// sound only while its module is alive, on a frame whose state blocks have the layouts
+/// the code was compiled for (see `Compiled::has_blocks`): hence `unsafe`, and private.
+pub(crate) type SegmentFn = for<'x, 'a, 'i, 'h> unsafe extern "C" fn(&'x mut Frame<'a, 'i, 'h>);
 
 /// The functions of consecutive elements `range` of the segment.
-pub struct Part {
-    pub range: Range<usize>,
-    pub req: SegmentFn,
-    pub resp: SegmentFn,
+pub(crate) struct Part {
+    pub(crate) range: Range<usize>,
+    pub(crate) req: SegmentFn,
+    pub(crate) resp: SegmentFn,
 }
 
-/// One compiled version of a segment. Its machine code lives as long as it does.
+/// One compiled version of a segment. Its machine code lives as long as it does; it is
+/// run only through its methods (`exec`), which check what the code assumes.
 pub struct Compiled {
-    pub elements: Vec<Arc<Element>>,
-    /// Per element: whether its code addresses a state block.
-    pub needs_block: Vec<bool>,
-    pub parts: Vec<Part>,
-    pub tables: Tables,
+    pub(crate) elements: Vec<Arc<Element>>,
+    /// Per element: the layout of the state block its code addresses, if it addresses one.
+    pub(crate) blocks: Vec<Option<BlockLayout>>,
+    pub(crate) parts: Vec<Part>,
+    pub(crate) tables: Tables,
     /// Only touched when the version is dropped; the mutex makes the version `Sync`.
     module: Mutex<Option<JITModule>>,
 }
@@ -190,9 +193,15 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         parts.push(Part { range, req, resp });
     }
     Ok(Compiled {
-        needs_block: elements
+        blocks: elements
             .iter()
-            .map(|e| lower::block_vars(e).iter().any(Option::is_some))
+            .map(|e| {
+                let layout = lower::block_vars(e);
+                layout
+                    .iter()
+                    .any(Option::is_some)
+                    .then(|| BlockLayout::new(layout))
+            })
             .collect(),
         elements: elements.to_vec(),
         parts,

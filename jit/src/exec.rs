@@ -155,7 +155,10 @@ impl Compiled {
         if let [part] = self.parts.as_slice()
             && self.has_blocks(part, &bufs.blocks)
         {
-            let out = self.round_trip_fused(part, bufs, instances, msg, rpc, host, respond);
+            // SAFETY: the only part, and `has_blocks` held for it just above.
+            #[allow(unsafe_code)]
+            let out =
+                unsafe { self.round_trip_fused(part, bufs, instances, msg, rpc, host, respond) };
             bufs.blocks.clear();
             return out;
         }
@@ -310,7 +313,9 @@ impl Compiled {
             };
         }
         let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
-        let out = self.call_request(part, &mut frame, rpc);
+        // SAFETY: `has_blocks` held just above, and `frame` is the one built for `part`.
+        #[allow(unsafe_code)]
+        let out = unsafe { self.call_request(part, &mut frame, rpc) };
         spent(frame.arena);
         out
     }
@@ -319,14 +324,23 @@ impl Compiled {
     /// is read where compiled code wrote it, field by field: copying it out whole loads 16
     /// bytes at a time over its 4-byte stores, which the CPU cannot forward (a stall of a
     /// dozen cycles per load, visible in `perf annotate`).
+    ///
+    /// # Safety
+    /// `frame` is the one [`Compiled::frame`] built for `part` of `self`, and
+    /// [`Compiled::has_blocks`] held for `part` on the blocks it was built from.
     #[inline(always)]
-    fn call_request(
+    #[allow(unsafe_code)]
+    unsafe fn call_request(
         &self,
         part: &Part,
         frame: &mut Frame<'_, '_, '_>,
         rpc: &RpcInfo,
     ) -> SharedRequest {
-        (part.req)(frame);
+        // SAFETY: `part.req` was finalised in `self`'s module, alive while `self` is
+        // borrowed; the caller guarantees every state block the code addresses is there
+        // with the layout it was compiled for. Everything else the code reaches goes
+        // through host functions, which check what they read.
+        unsafe { (part.req)(frame) };
         let (error, reject) = (frame.error.take(), std::mem::take(&mut frame.reject));
         self.request_outcome(
             part,
@@ -437,7 +451,12 @@ impl Compiled {
         }
         let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
         frame.ctx.start = start as u32;
-        (part.resp)(&mut frame);
+        // SAFETY: as in `call_request`: the module lives with `self`, `has_blocks` held
+        // above, and `frame` was built for `part`.
+        #[allow(unsafe_code)]
+        unsafe {
+            (part.resp)(&mut frame)
+        };
         let out = response_outcome(frame.arena, &frame.ctx);
         spent(frame.arena);
         out
@@ -470,8 +489,11 @@ impl Compiled {
     /// [`Compiled::round_trip`] of a segment compiled as one part (fused): one frame serves
     /// the request and the response, so the arena, the extraction buffer and the context are
     /// set up once per RPC.
-    #[allow(clippy::too_many_arguments)]
-    fn round_trip_fused(
+    ///
+    /// # Safety
+    /// `part` is `self`'s only part, and [`Compiled::has_blocks`] held for it on `bufs`.
+    #[allow(clippy::too_many_arguments, unsafe_code)]
+    unsafe fn round_trip_fused(
         &self,
         part: &Part,
         bufs: &mut Buffers,
@@ -486,7 +508,9 @@ impl Compiled {
         // of it first (a 240-byte copy per call).
         let (out, back, rerouted_answer) = {
             let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
-            let out = self.call_request(part, &mut frame, rpc);
+            // SAFETY: the caller checked `has_blocks` for this part; `frame` is its.
+            #[allow(unsafe_code)]
+            let out = unsafe { self.call_request(part, &mut frame, rpc) };
             let (start, resp) = out.answer(n, respond);
             // A request that changed the routing needs another `RpcInfo` for the response,
             // which this frame cannot point at: that (rare) response gets a frame of its own
@@ -506,7 +530,12 @@ impl Compiled {
                     frame.handler = Handler::Resp;
                     frame.error = None;
                     frame.extracted.msg = UNIT;
-                    (part.resp)(&mut frame);
+                    // SAFETY: the request's frame, reset for the response: same part,
+                    // same blocks, which the caller checked.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        (part.resp)(&mut frame)
+                    };
                     (Some(response_outcome(frame.arena, &frame.ctx)), None)
                 }
             };
@@ -522,28 +551,33 @@ impl Compiled {
     }
 
     /// Collects the state block of every element whose code needs one (null otherwise, and
-    /// for an instance whose store has none: it was made by another executor).
+    /// for an instance whose store has none, or one of another layout: it was made by
+    /// another executor, or for another element).
+    #[inline(always)]
     fn collect_blocks(&self, instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) {
         out.clear();
-        out.extend(
-            self.needs_block
-                .iter()
-                .zip(instances.iter_mut())
-                .map(|(need, i)| match need {
-                    true => i.store.scalar_block().unwrap_or(std::ptr::null_mut()),
-                    false => std::ptr::null_mut(),
-                }),
-        );
+        for (layout, i) in self.blocks.iter().zip(instances.iter_mut()) {
+            let block = match layout {
+                Some(layout) => i.store.scalar_block().filter(|b| b.layout() == layout),
+                None => None,
+            };
+            // `AtomicU64` has the layout of `u64`, and writes through a shared `AtomicU64`
+            // are allowed; compiled code dereferences the pointer only during this call,
+            // while the instance stays borrowed.
+            out.push(block.map_or(std::ptr::null_mut(), |b| {
+                b.slots().as_ptr().cast::<u64>().cast_mut()
+            }));
+        }
     }
 
     /// Whether every element of `part` whose code needs a state block has one.
     fn has_blocks(&self, part: &Part, blocks: &[*mut u64]) -> bool {
         let r = part.range.clone();
-        match (self.needs_block.get(r.clone()), blocks.get(r)) {
-            (Some(needs), Some(blocks)) => needs
+        match (self.blocks.get(r.clone()), blocks.get(r)) {
+            (Some(layouts), Some(blocks)) => layouts
                 .iter()
                 .zip(blocks)
-                .all(|(need, b)| !*need || !b.is_null()),
+                .all(|(layout, b)| layout.is_none() || !b.is_null()),
             _ => false,
         }
     }
