@@ -3,17 +3,19 @@
 //!
 //! The planner may still move an `any` element between the client and the server side (when
 //! the equivalence checker proves that changes nothing observable), so the client and the
-//! server process must reach the same answer from the same files. The exact search is
+//! server process must reach the same answer from the same files. An element with state
+//! shared beyond its instance (`strong`, `weak`) is not moved: here that state is per process. The exact search is
 //! deterministic, and bounded by a number of search steps rather than by time so that every
 //! process gives up at the same point however loaded its machine; the annealer is not (it
 //! runs against a wall-clock budget), so chains too long for the exact search, or whose
 //! exact search runs out of steps, keep their configured order and sides. See
 //! docs/engine.md.
 
+use weft_hostcalls::state::Consistency;
 use weft_ir::config::{Processor, Side};
 use weft_ir::cost::CostTable;
 use weft_ir::layout::Layout;
-use weft_ir::load::LoadedEdge;
+use weft_ir::load::{LoadedEdge, LoadedElement};
 use weft_ir::plan::{PlanError, Problem};
 
 use crate::error::EngineError;
@@ -49,6 +51,18 @@ pub fn in_process_layout(edge: &LoadedEdge, max_steps: u64) -> Result<Layout, En
             });
         }
     }
+    // The checker models `@consistency(strong)` and `(weak)` state as one store shared by
+    // every process, but this runtime keeps it per process (docs/engine.md): moved to the
+    // other side, such an element would count the other process's RPCs. It stays where the
+    // config puts it.
+    let sides = pb.checker.canonical().sides.clone();
+    for (k, stages) in pb.allowed.stages.iter_mut().enumerate() {
+        if let (Some(el), Some(side)) = (edge.elements.get(k), sides.get(k))
+            && shares_state(el)
+        {
+            stages.retain(|s| s.side == *side);
+        }
+    }
     let configured = pb.configured().map(|(_, p)| p);
     let searched = if pb.len() <= EXACT_LIMIT {
         pb.exact_within(None, max_steps).0.map(|(_, p)| p)
@@ -78,6 +92,14 @@ pub fn in_process_layout(edge: &LoadedEdge, max_steps: u64) -> Result<Layout, En
         }));
     }
     Ok(layout)
+}
+
+/// Whether the element declares state that is meant to be shared beyond its instance.
+fn shares_state(el: &LoadedElement) -> bool {
+    el.ir
+        .values()
+        .flat_map(|e| &e.state)
+        .any(|v| v.consistency != Consistency::Local)
 }
 
 /// The chain positions that run on `side`, in the order a request meets them.
