@@ -575,7 +575,8 @@ struct Scan {
     msg: Option<LocalId>,
     handler: Option<Handler>,
     may_fail: bool,
-    /// A send that ends the handler somewhere other than its last statement.
+    /// A send that ends the handler, or a `return` that ends a lambda, somewhere other than
+    /// its last statement.
     early_end: bool,
     whole: bool,
     replaces: bool,
@@ -603,13 +604,16 @@ impl Scan {
             local_types: body.locals.iter().map(|l| l.ty.clone()).collect(),
             ..Scan::default()
         };
-        s.block(&body.block, true);
+        s.block(&body.block, true, true);
         s
     }
 
-    fn block(&mut self, b: &Block, tail: bool) {
+    /// `tail`: the block ends the handler; `lambda_tail`: it ends the innermost lambda (or
+    /// the handler), so a `return` there skips nothing.
+    fn block(&mut self, b: &Block, tail: bool, lambda_tail: bool) {
         for (i, st) in b.iter().enumerate() {
-            self.stmt(st, tail && i + 1 == b.len());
+            let last = i + 1 == b.len();
+            self.stmt(st, tail && last, lambda_tail && last);
         }
     }
 
@@ -617,7 +621,7 @@ impl Scan {
         matches!(e.kind, ExprKind::Local(l) if Some(l) == self.msg)
     }
 
-    fn stmt(&mut self, s: &Stmt, tail: bool) {
+    fn stmt(&mut self, s: &Stmt, tail: bool, lambda_tail: bool) {
         match &s.kind {
             StmtKind::Assign { local, value } => {
                 if Some(*local) == self.msg {
@@ -675,7 +679,7 @@ impl Scan {
             StmtKind::Match { scrutinee, arms } => {
                 self.expr(scrutinee);
                 for a in arms {
-                    self.block(&a.body, tail);
+                    self.block(&a.body, tail, lambda_tail);
                 }
             }
             StmtKind::ForEach { coll, body, .. } => {
@@ -683,7 +687,7 @@ impl Scan {
                     self.expr(e);
                 }
                 // A send inside a loop ends the handler part-way through.
-                self.block(body, false);
+                self.block(body, false, true);
             }
             StmtKind::Send(send) => match send {
                 SendKind::Down(e) | SendKind::Up(e) => {
@@ -717,6 +721,12 @@ impl Scan {
                 }
             },
             StmtKind::Return(v) => {
+                // A `return` before the end of its lambda skips the rest of it, so what the
+                // rest writes depends on the conditions that led here, which props does not
+                // record (like an early send).
+                if !lambda_tail {
+                    self.early_end = true;
+                }
                 if let Some(e) = v {
                     self.expr(e);
                 }
@@ -745,7 +755,7 @@ impl Scan {
                     self.may_fail = true;
                 }
                 self.expr(key);
-                self.block(body, false);
+                self.block(body, false, true);
             }
             ExprKind::ValueGet { coll, key } => {
                 if !matches!(coll.ty, Type::Map(..) | Type::Pair(..)) {

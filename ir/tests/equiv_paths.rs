@@ -213,3 +213,14 @@ fn a_write_to_a_nested_field_overlaps_a_read_of_its_parent() {
         .equivalent
     );
 }
+
+#[test]
+fn an_early_return_in_a_lambda_makes_the_rest_depend_on_its_condition() {
+    // vipcount's read-modify-write returns early for a request viptag marked, so whether
+    // the count goes up depends on the header: with viptag first no request is counted,
+    // with vipcount first every one is.
+    let mut c = checker("    any: [viptag, vipcount]\n");
+    let v = check(&mut c, &["vipcount", "viptag"], &[], Observation::Weak);
+    assert!(!v.equivalent, "the reorder was accepted");
+    assert!(v.reason.contains("vipcount"), "{}", v.reason);
+}
