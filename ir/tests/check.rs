@@ -720,6 +720,41 @@ fn on_a_constant_only_the_taken_arm_must_assign() {
     assert_eq!(c.errors(), [UNASSIGNED]);
 }
 
+#[test]
+fn a_local_first_assigned_in_an_arm_never_taken_gets_its_type_from_the_live_code() {
+    // In the arm `mode` never takes, the field this method lacks has no type (`Dyn`); the
+    // local must not keep that type, or `x + 0.5` would reach the executors as an int plus
+    // a float (and compiled code would keep an int in a handle's slot).
+    let src = element(
+        "",
+        "init(mode: string = 'plain')",
+        "match mode:\n    'legacy' =>\n        x = get(rpc, 'no_such_field')\n    _ =>\n        x = 1.5\ny = x + 0.5\nset_rpc_header(rpc, 'y', str(y))\nsend(rpc, Down)",
+    );
+    let e = run(&src, Some(&catalog()), None).clean();
+    assert_eq!(local_ty(&e.req, "x"), &Type::Float);
+    assert_eq!(local_ty(&e.req, "y"), &Type::Float);
+    // An int assigned to it later is widened, as for any float local.
+    let src = element(
+        "",
+        "init(mode: string = 'plain')",
+        "match mode:\n    'legacy' =>\n        x = get(rpc, 'no_such_field')\n    _ =>\n        x = 1.5\nx = 2\nset_rpc_header(rpc, 'x', str(x))\nsend(rpc, Down)",
+    );
+    let e = run(&src, Some(&catalog()), None).clean();
+    assert!(
+        assigned(&e.req, "x").iter().all(|v| v.ty == Type::Float),
+        "{:?}",
+        assigned(&e.req, "x")
+    );
+    // The same for a per-RPC metadata entry.
+    let src = element(
+        "",
+        "init(mode: string = 'plain')",
+        "match mode:\n    'legacy' =>\n        set_metadata('u', get(rpc, 'no_such_field'))\n    _ =>\n        set_metadata('u', 1.5)\nsend(rpc, Down)",
+    );
+    let e = run(&src, Some(&catalog()), None).clean();
+    assert_eq!(e.metadata, [("u".to_owned(), Type::Float)]);
+}
+
 // ---- lambdas -----------------------------------------------------------------------------
 
 #[test]

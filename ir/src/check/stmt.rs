@@ -144,6 +144,19 @@ impl Checker<'_> {
                         return None;
                     }
                     let ty = self.bx().locals[local].ty.clone();
+                    if ty == Type::Dyn && self.dead == 0 {
+                        // Declared in an arm a constant never takes (dropped from the IR),
+                        // where a field this method lacks has no type: the first live
+                        // assignment gives the local its type.
+                        let v = self.expr(value, None);
+                        if matches!(v.ty, Type::Unit | Type::Channel) {
+                            self.error(value.span, "this expression has no value to assign");
+                            return None;
+                        }
+                        self.bx().locals[local].ty = v.ty.clone();
+                        self.bx().defined.insert(local);
+                        return Some(StmtKind::Assign { local, value: v });
+                    }
                     let v = self.expr(value, Some(&ty));
                     let v = self.coerce(v, &ty, &format!("the value assigned to `{}`", id.name));
                     self.bx().defined.insert(local);

@@ -246,6 +246,12 @@ impl Checker<'_> {
             return None;
         }
         let id = match existing {
+            // First set in an arm a constant never takes, to a field this method lacks: the
+            // first live `set_metadata` gives the entry its type (as for a local).
+            Some(i) if self.metadata[i].1 == Type::Dyn && self.dead == 0 => {
+                self.metadata[i].1 = v.ty.clone();
+                i
+            }
             Some(i) => i,
             None => {
                 self.metadata.push((key, v.ty.clone(), span));
