@@ -794,6 +794,13 @@ impl Parser {
             // `elif`/`else` continue the statement only at the same indentation, i.e. right
             // after the block's DEDENT-free end.
             if self.at(&Tok::Elif) {
+                // The checker turns each `elif` into an `else` holding an `if`: one level more.
+                if self.depth + branches.len() >= MAX_NESTING {
+                    self.error_here("too many `elif` branches").hint = Some(format!(
+                        "at most {MAX_NESTING} levels of blocks and expressions; use `match`"
+                    ));
+                    return Err(Reported);
+                }
                 self.bump();
                 let cond = self.condition();
                 self.expect(&Tok::Colon, "`:` after the condition")?;
@@ -870,10 +877,24 @@ impl Parser {
         } else {
             self.unary()
         };
+        // Each operator of a chain (`a + b + c …`) adds a level to the tree every later pass
+        // walks recursively, as a parenthesis does: a chain counts towards the same limit.
+        let mut chain = 0;
         while let Some(op) = binop(self.peek()) {
             let prec = op.precedence();
             if prec < min {
                 break;
+            }
+            chain += 1;
+            if self.depth + chain > MAX_NESTING {
+                self.error_here("too many operators in a row").hint = Some(format!(
+                    "at most {MAX_NESTING} levels of blocks and expressions; compute parts into locals"
+                ));
+                self.depth -= 1;
+                return Expr {
+                    kind: ExprKind::Error,
+                    span: lhs.span,
+                };
             }
             let op_span = self.bump().span;
             let rhs = self.binary(prec + 1);

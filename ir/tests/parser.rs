@@ -261,6 +261,32 @@ fn missing_and_misordered_sections_are_named() {
 }
 
 #[test]
+fn long_operator_and_elif_chains_are_refused_not_a_stack_overflow() {
+    // Flat in the source, but each operator or `elif` is a level of the tree that the
+    // checker and both executors walk recursively (and that dropping it recurses through).
+    let section = |body: &str| {
+        format!("state:\n    pass\ninit():\n{body}req(rpc):\n    pass\nresp(rpc):\n    pass\n")
+    };
+    let errs = parse_errors(&section(&format!("    x = 1{}\n", " + 1".repeat(50_000))));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("too many operators in a row")),
+        "{errs:?}"
+    );
+    let elifs = "    elif x == 1:\n        pass\n".repeat(5_000);
+    let errs = parse_errors(&section(&format!(
+        "    x = 0\n    if x == 0:\n        pass\n{elifs}"
+    )));
+    assert!(
+        errs.iter().any(|e| e.contains("too many `elif` branches")),
+        "{errs:?}"
+    );
+    // A chain of a reasonable length is fine.
+    let errs = parse_errors(&section(&format!("    x = 1{}\n", " + 1".repeat(40))));
+    assert!(errs.is_empty(), "{errs:?}");
+}
+
+#[test]
 fn deep_nesting_is_refused_not_a_stack_overflow() {
     let depth = 5000;
     let src = format!(
