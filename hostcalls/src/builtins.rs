@@ -265,6 +265,10 @@ pub fn decrypt_value(v: &Value, key: &str) -> Result<Value, BuiltinError> {
 // ---------------------------------------------------------------------------------------------
 // compression
 
+/// The longest string or bytes value `+` builds (as long as the largest payload
+/// [`decompress`] produces).
+pub const MAX_VALUE_LEN: usize = MAX_DECOMPRESSED_LEN;
+
 /// The largest payload [`decompress`] will produce. The snappy header declares the output
 /// length up front; without a bound a 10-byte input could make us allocate 4 GiB.
 pub const MAX_DECOMPRESSED_LEN: usize = 64 * 1024 * 1024;

@@ -3,7 +3,7 @@
 //! The checker folds constants with these functions and the interpreter evaluates with them,
 //! so a folded expression and an evaluated one can never disagree.
 
-use weft_hostcalls::builtins::{self, BuiltinError};
+use weft_hostcalls::builtins::{self, BuiltinError, MAX_VALUE_LEN};
 use weft_hostcalls::state::StateError;
 use weft_hostcalls::{Code, Value};
 
@@ -87,8 +87,14 @@ pub fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, RuntimeError> {
         (BinOp::Mul, Float(x), Float(y)) => Float(x * y),
         (BinOp::Div, Float(x), Float(y)) => Float(x / y),
         (BinOp::Rem, Float(x), Float(y)) => Float(x % y),
-        (BinOp::Add, Str(x), Str(y)) => Str(format!("{x}{y}")),
-        (BinOp::Add, Bytes(x), Bytes(y)) => Bytes([x.as_slice(), y.as_slice()].concat()),
+        (BinOp::Add, Str(x), Str(y)) => {
+            joined_len(x.len(), y.len())?;
+            Str(format!("{x}{y}"))
+        }
+        (BinOp::Add, Bytes(x), Bytes(y)) => {
+            joined_len(x.len(), y.len())?;
+            Bytes([x.as_slice(), y.as_slice()].concat())
+        }
         _ => {
             return Err(RuntimeError::Type(format!(
                 "`{}` on {} and {}",
@@ -98,6 +104,22 @@ pub fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, RuntimeError> {
             )));
         }
     })
+}
+
+/// Refuses a concatenation longer than [`MAX_VALUE_LEN`]. Without a bound, `s = s + s` in a
+/// `foreach` over a request's repeated field doubles `s` per item: 45 items ask for 32 TiB,
+/// and a failed allocation aborts the process (no unwinding, so no guard can catch it).
+fn joined_len(a: usize, b: usize) -> Result<(), RuntimeError> {
+    let len = a.saturating_add(b);
+    if len > MAX_VALUE_LEN {
+        return Err(BuiltinError::TooLarge {
+            function: "+",
+            len,
+            max: MAX_VALUE_LEN,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Comparison operators; `None` when `op` is not a comparison.
@@ -219,6 +241,20 @@ pub fn vec_index(items: &[Value], index: &Value) -> Result<Value, RuntimeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concatenation_is_bounded() {
+        let half = Value::Str("a".repeat(MAX_VALUE_LEN / 2));
+        let at_limit = binary(BinOp::Add, &half, &half).unwrap();
+        assert!(matches!(&at_limit, Value::Str(s) if s.len() == MAX_VALUE_LEN));
+        let over = binary(BinOp::Add, &at_limit, &Value::Str("b".into()));
+        assert!(
+            matches!(over, Err(RuntimeError::Builtin(BuiltinError::TooLarge { len, .. })) if len == MAX_VALUE_LEN + 1),
+            "{over:?}"
+        );
+        let bytes = Value::Bytes(vec![0; MAX_VALUE_LEN]);
+        assert!(binary(BinOp::Add, &bytes, &Value::Bytes(vec![1])).is_err());
+    }
 
     #[test]
     fn integer_arithmetic_wraps_and_division_by_zero_is_an_error() {

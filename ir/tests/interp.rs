@@ -203,6 +203,28 @@ fn runtime_errors_reject_with_internal_and_count() {
 }
 
 #[test]
+fn a_string_doubled_per_item_is_refused_before_it_exhausts_memory() {
+    // 64 items would ask for 2^64 bytes: an allocation failure aborts the process. The
+    // concatenation past the limit fails the RPC instead.
+    let src = "state:\n    out: int\ninit():\n    pass\nreq(rpc):\n    s = 'a'\n    foreach(get(rpc, 'nums'), lambda(x):\n        s = s + s\n    )\n    out = size(s)\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n";
+    let mut rig = Rig::new(src);
+    assert!(matches!(
+        rig.request(1, json!({"nums": [1, 2, 3]})),
+        Verdict::Forward(_)
+    ));
+    assert_eq!(rig.state("out"), Value::Int(8));
+    let nums: Vec<i64> = (0..64).collect();
+    match rig.request(2, json!({ "nums": nums })) {
+        Verdict::Reject { code, message } => {
+            assert_eq!(code, Code::Internal);
+            assert!(message.contains("exceeds the limit"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rig.inst.errors, 1);
+}
+
+#[test]
 fn malformed_bytes_reject_with_invalid_argument() {
     let mut rig = Rig::new(&eval_src("string", "get(rpc, 'user')"));
     // Field 1 (user), length-delimited, claims 50 bytes but the message ends.
