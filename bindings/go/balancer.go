@@ -2,14 +2,15 @@ package weft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
-	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -28,16 +29,10 @@ type Replica struct {
 }
 
 type replicaKey struct{}
-type knownKey struct{}
 type routeKey struct{}
 
-// replicaSet is every replica name of one connection; each address carries it, because the
-// picker is built from the ready sub-connections only and must still tell "not ready yet"
-// from "no such replica".
-type replicaSet map[string]bool
-
 func init() {
-	balancer.Register(base.NewBalancerBuilder(BalancerName, pickerBuilder{}, base.Config{HealthCheck: false}))
+	balancer.Register(dstBuilder{})
 }
 
 var resolverSeq atomic.Uint64
@@ -48,13 +43,9 @@ var resolverSeq atomic.Uint64
 //	target, lb := weft.Replicas(replicas...)
 //	conn, err := grpc.NewClient(target, append(append(rt.DialOptions(), lb...), creds)...)
 func Replicas(replicas ...Replica) (string, []grpc.DialOption) {
-	known := make(replicaSet, len(replicas))
-	for _, r := range replicas {
-		known[r.Name] = true
-	}
 	addrs := make([]resolver.Address, len(replicas))
 	for i, r := range replicas {
-		addrs[i] = resolver.Address{Addr: r.Addr, Attributes: attributes.New(replicaKey{}, r.Name).WithValue(knownKey{}, &known)}
+		addrs[i] = resolver.Address{Addr: r.Addr, Attributes: attributes.New(replicaKey{}, r.Name)}
 	}
 	// A scheme per connection: each resolver serves exactly one replica set.
 	scheme := fmt.Sprintf("weft-replicas-%d", resolverSeq.Add(1))
@@ -70,45 +61,176 @@ func withRoute(ctx context.Context, dst string) context.Context {
 	return context.WithValue(ctx, routeKey{}, dst)
 }
 
-type pickerBuilder struct{}
+type dstBuilder struct{}
 
-func (pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
-	if len(info.ReadySCs) == 0 {
-		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
-	}
-	p := &picker{byName: make(map[string]balancer.SubConn, len(info.ReadySCs))}
-	for sc, sci := range info.ReadySCs {
-		p.all = append(p.all, sc)
-		if name, ok := sci.Address.Attributes.Value(replicaKey{}).(string); ok {
-			p.byName[name] = sc
-		}
-		if known, ok := sci.Address.Attributes.Value(knownKey{}).(*replicaSet); ok {
-			p.known = *known
-		}
-	}
-	return p
+func (dstBuilder) Name() string { return BalancerName }
+
+func (dstBuilder) Build(cc balancer.ClientConn, _ balancer.BuildOptions) balancer.Balancer {
+	return &dstBalancer{cc: cc, replicas: map[replicaAddr]*replicaConn{}}
 }
 
+// dstBalancer keeps a sub-connection to every replica and tells the picker each one's state,
+// so an RPC routed to a replica that cannot be reached fails as grpc-go fails any pick then,
+// instead of waiting for that replica until its deadline. grpc-go calls it on one goroutine
+// at a time, the sub-connections' state listeners included.
+type dstBalancer struct {
+	cc       balancer.ClientConn
+	replicas map[replicaAddr]*replicaConn
+	// resolverErr: why the resolver gave no replicas, while it gives none.
+	resolverErr error
+}
+
+type replicaAddr struct{ name, addr string }
+
+type replicaConn struct {
+	key   replicaAddr
+	sc    balancer.SubConn
+	state connectivity.State
+	err   error // the last connection error, in TRANSIENT_FAILURE
+}
+
+func (b *dstBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	b.resolverErr = nil
+	seen := make(map[replicaAddr]bool, len(s.ResolverState.Addresses))
+	for _, a := range s.ResolverState.Addresses {
+		name, _ := a.Attributes.Value(replicaKey{}).(string)
+		key := replicaAddr{name, a.Addr}
+		seen[key] = true
+		if _, ok := b.replicas[key]; ok {
+			continue
+		}
+		rc := &replicaConn{key: key, state: connectivity.Idle}
+		sc, err := b.cc.NewSubConn([]resolver.Address{a}, balancer.NewSubConnOptions{
+			StateListener: func(st balancer.SubConnState) { b.updateSubConnState(rc, st) },
+		})
+		if err != nil { // the connection is closing
+			continue
+		}
+		rc.sc = sc
+		b.replicas[key] = rc
+		sc.Connect()
+	}
+	for key, rc := range b.replicas {
+		if !seen[key] {
+			rc.sc.Shutdown()
+			delete(b.replicas, key)
+		}
+	}
+	if len(s.ResolverState.Addresses) == 0 {
+		b.ResolverError(errors.New("weft: the resolver gave no replicas"))
+		return balancer.ErrBadResolverState
+	}
+	b.update()
+	return nil
+}
+
+func (b *dstBalancer) ResolverError(err error) {
+	b.resolverErr = err
+	if len(b.replicas) == 0 {
+		b.update()
+	}
+}
+
+func (b *dstBalancer) updateSubConnState(rc *replicaConn, st balancer.SubConnState) {
+	if b.replicas[rc.key] != rc || st.ConnectivityState == connectivity.Shutdown {
+		return // removed by the resolver, or the connection is closing
+	}
+	if st.ConnectivityState == connectivity.Idle {
+		rc.sc.Connect() // stay connected to every replica, as the routes may name any
+	}
+	// As in grpc-go's own policies, a replica that failed counts as failed until it is
+	// READY again: RPCs routed to it fail at once while it retries, not only between tries.
+	if rc.state == connectivity.TransientFailure && st.ConnectivityState != connectivity.Ready {
+		if st.ConnectivityState == connectivity.TransientFailure {
+			rc.err = st.ConnectionError
+			b.update()
+		}
+		return
+	}
+	rc.state, rc.err = st.ConnectivityState, st.ConnectionError
+	b.update()
+}
+
+// update hands grpc-go a picker over the replicas' current states, which also makes RPCs
+// waiting for a pick try again.
+func (b *dstBalancer) update() {
+	p := &picker{byName: make(map[string]*replicaConn, len(b.replicas))}
+	state := connectivity.TransientFailure
+	var lastErr error
+	for _, rc := range b.replicas {
+		snap := *rc
+		if cur, ok := p.byName[rc.key.name]; !ok || cur.state != connectivity.Ready {
+			p.byName[rc.key.name] = &snap
+		}
+		switch rc.state {
+		case connectivity.Ready:
+			p.ready = append(p.ready, rc.sc)
+			state = connectivity.Ready
+		case connectivity.TransientFailure:
+			lastErr = rc.err
+		default:
+			if state != connectivity.Ready {
+				state = connectivity.Connecting
+			}
+		}
+	}
+	if state == connectivity.TransientFailure {
+		if len(b.replicas) == 0 {
+			p.failed = fmt.Errorf("weft: no replicas: %v", b.resolverErr)
+		} else {
+			p.failed = fmt.Errorf("weft: no replica is reachable; last connection error: %v", lastErr)
+		}
+	}
+	b.cc.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
+}
+
+// UpdateSubConnState is not called: every sub-connection has a state listener.
+func (b *dstBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
+
+// ExitIdle has nothing to do: the balancer reconnects each replica as soon as it goes idle.
+func (b *dstBalancer) ExitIdle() {}
+
+func (b *dstBalancer) Close() {
+	for key, rc := range b.replicas {
+		rc.sc.Shutdown()
+		delete(b.replicas, key)
+	}
+}
+
+// picker picks by the state the balancer saw when it made it.
 type picker struct {
-	byName map[string]balancer.SubConn
-	known  replicaSet
-	all    []balancer.SubConn
+	byName map[string]*replicaConn
+	ready  []balancer.SubConn
+	// failed: no replica is ready or trying to connect.
+	failed error
 	next   atomic.Uint32
 }
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if dst, ok := info.Ctx.Value(routeKey{}).(string); ok {
-		if sc, ok := p.byName[dst]; ok {
-			return balancer.PickResult{SubConn: sc}, nil
-		}
-		if p.known[dst] {
-			// Not ready yet: grpc-go waits for the next picker.
+		rc, ok := p.byName[dst]
+		switch {
+		case !ok:
+			// A mismatch between the chain's replica state and the dial target; waiting
+			// cannot fix it.
+			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "weft: the chain routed to replica %q, which is not among this connection's replicas", dst)
+		case rc.state == connectivity.Ready:
+			return balancer.PickResult{SubConn: rc.sc}, nil
+		case rc.state == connectivity.TransientFailure:
+			// Not a status: grpc-go then fails the RPC with UNAVAILABLE, or keeps an RPC
+			// that waits for ready waiting, as for any pick that finds no connection.
+			return balancer.PickResult{}, fmt.Errorf("weft: the chain routed to replica %q, which is unreachable: %v", dst, rc.err)
+		default:
+			// Connecting: grpc-go waits for the next picker.
 			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
-		// A mismatch between the chain's replica state and the dial target; waiting
-		// cannot fix it.
-		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "weft: the chain routed to replica %q, which is not ready or not among this connection's replicas", dst)
+	}
+	if len(p.ready) == 0 {
+		if p.failed != nil {
+			return balancer.PickResult{}, p.failed
+		}
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 	}
 	n := p.next.Add(1)
-	return balancer.PickResult{SubConn: p.all[int(n)%len(p.all)]}, nil
+	return balancer.PickResult{SubConn: p.ready[int(n)%len(p.ready)]}, nil
 }

@@ -201,11 +201,12 @@ func (b *cbuf) free() {
 // callMem is the C memory of one callState. It is a separate object so that the cleanup
 // that frees it does not keep the callState itself reachable.
 type callMem struct {
-	c   *C.WeftCall
-	msg cbuf
-	md  cbuf
-	st  cbuf // status message of an error response
-	err *C.char
+	c    *C.WeftCall
+	msg  cbuf
+	md   cbuf
+	st   cbuf // status message of an error response
+	name cbuf // the method name, when it has no cached copy (cstr)
+	err  *C.char
 }
 
 // callState is the per-RPC scratch: the C WeftCall, its input buffers and the error text.
@@ -254,6 +255,7 @@ func freeCallMem(m *callMem) {
 	m.msg.free()
 	m.md.free()
 	m.st.free()
+	m.name.free()
 }
 
 func initOut(b *C.WeftBuf, n int) {
@@ -279,6 +281,12 @@ func (s *callState) errorText() string { return C.GoString(s.err) }
 // be in s.msg and s.md.
 func (s *callState) prepare(method cstr) {
 	c := s.c
+	if method.p == nil {
+		s.name.reserve(len(method.name) + 1) // never NULL, even for an empty name
+		s.name.len = 0
+		s.name.appendString(method.name)
+		method = cstr{p: s.name.p, n: s.name.len}
+	}
 	c.method = (*C.uint8_t)(method.p)
 	c.method_len = C.size_t(method.n)
 	c.metadata = (*C.uint8_t)(s.md.p)
@@ -346,11 +354,13 @@ func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool)
 	return ks, true
 }
 
-// cstr is a method name copied once into C memory; methods are few and live as long as the
-// process, so they are never freed.
+// cstr is a method name copied once into C memory; the methods a config has edges for are
+// few and live as long as the process, so they are never freed. With p nil it is a name
+// not copied (yet): each call copies it into its own C memory (callMem.name).
 type cstr struct {
-	p unsafe.Pointer
-	n int
+	p    unsafe.Pointer
+	n    int
+	name string
 }
 
 func newCstr(s string) cstr {
@@ -358,7 +368,7 @@ func newCstr(s string) cstr {
 	d := unsafe.Slice((*byte)(p), len(s)+1)
 	copy(d, s)
 	d[len(s)] = 0
-	return cstr{p, len(s)}
+	return cstr{p: p, n: len(s)}
 }
 
 func openRuntime(path, yaml, base, service string, records int) (*C.WeftRuntime, string) {

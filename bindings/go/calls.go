@@ -6,8 +6,6 @@ package weft
 import "C"
 
 import (
-	"context"
-	"errors"
 	"io"
 
 	"google.golang.org/grpc"
@@ -27,11 +25,17 @@ const rcClosed = -1
 // wait for a slow server, and a stream may live for hours.
 func (r *Runtime) runRequest(s *callState, side C.int32_t, m cstr) C.int32_t {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	if r.h == nil {
+		r.mu.RUnlock()
 		return rcClosed
 	}
-	return s.request(r.h, side, m)
+	rc := s.request(r.h, side, m)
+	r.mu.RUnlock()
+	if rc == rcOK && m.p == nil {
+		// The method has an edge: later calls use a copy made once.
+		r.methodInfo(m.name)
+	}
+	return rc
 }
 
 func (r *Runtime) runResponse(s *callState, side C.int32_t, m cstr, rpc uint64, code int32, msg string) C.int32_t {
@@ -63,15 +67,16 @@ func (r *Runtime) endRPC(side C.int32_t, m cstr, rpc uint64, err error, md metad
 }
 
 // statusOf is the gRPC status a caller sees for err: OK for nil and io.EOF (a stream's clean
-// end), the context's code for a cancelled or expired context.
+// end), else grpc-go's own mapping of a handler's error, so a plain cancelled or expired
+// context is CANCELLED or DEADLINE_EXCEEDED rather than status.Convert's UNKNOWN.
 func statusOf(err error) *status.Status {
-	switch {
-	case err == nil || err == io.EOF:
+	if err == nil || err == io.EOF {
 		return status.New(codes.OK, "")
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err)
 	}
-	return status.Convert(err)
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	return status.FromContextError(err)
 }
 
 func failure(rc C.int32_t, s *callState, dir string) error {

@@ -64,6 +64,8 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 	case verdictReject:
 		return rejection(s)
 	case verdictReply:
+		// The reply's own headers (a cached response's), as a server's would arrive.
+		showMetadata(s, opts)
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's local reply")
 	}
 
@@ -176,7 +178,7 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 	if rpc == 0 {
 		return err
 	}
-	st := status.Convert(err)
+	st := statusOf(err)
 	rm.encode(s)
 	s.msg.len = 0
 	rc := r.runResponse(s, sideClient, m, rpc, int32(st.Code()), st.Message())
@@ -186,7 +188,7 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 	showMetadata(s, opts)
 	switch s.verdict() {
 	case verdictReject:
-		return rejection(s)
+		return errorRejection(s, err, st)
 	case verdictReply:
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's reply")
 	}
@@ -235,6 +237,12 @@ type clientStream struct {
 	opened  bool
 	cs      grpc.ClientStream
 	openErr error
+	// stampedMD: the caller's metadata with the weft-version stamp the stream opened with,
+	// which its headers carry, so the server runs that version for the whole stream. Later
+	// messages pass it so the client runs the same one after a reload (while the version
+	// lives: the library keeps one only as long as a request of it waits); nil when the
+	// stream opened unstamped.
+	stampedMD metadata.MD
 
 	pending handleQueue
 
@@ -243,7 +251,10 @@ type clientStream struct {
 	// answered: the chain answered a message itself. Until some message goes to the
 	// server, ending the sending side then opens no stream (errAnsweredLocally).
 	answered bool
-	failed   error
+	// localHeader: the first local reply's headers, the stream's headers when it never
+	// opens.
+	localHeader metadata.MD
+	failed      error
 
 	stopWatch func() bool // stops the watch on the context set up at the start
 }
@@ -279,6 +290,9 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 		ctx := c.ctx
 		if md != nil {
 			ctx = metadata.NewOutgoingContext(ctx, md)
+			if stamp := md[versionHeader]; len(stamp) > 0 && len(c.md[versionHeader]) == 0 {
+				c.stampedMD = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
+			}
 		}
 		if dst != "" {
 			ctx = withRoute(ctx, dst)
@@ -291,10 +305,22 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 	return c.cs, c.openErr
 }
 
+// requestMD is the metadata a message passes to the chain.
+func (c *clientStream) requestMD() metadata.MD {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.stampedMD != nil {
+		return c.stampedMD
+	}
+	return c.md
+}
+
 func (c *clientStream) Header() (metadata.MD, error) {
 	cs, err := c.stream(nil, "")
 	if err == errAnsweredLocally {
-		return metadata.MD{}, nil
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.localHeader.Copy(), nil
 	}
 	if err != nil {
 		return nil, err
@@ -373,9 +399,10 @@ func (c *clientStream) SendMsg(v any) error {
 		return status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", c.name, err)
 	}
 	defer func() { buf.Free() }()
-	s.encodeMD(c.md)
+	s.encodeMD(c.requestMD())
 	rc := c.r.runRequest(s, sideClient, c.m)
 	if rc == rcNoEdge {
+		c.pending.push(0)
 		return c.send(buf, msg, false, nil, "")
 	}
 	if rc != rcOK {
@@ -388,6 +415,9 @@ func (c *clientStream) SendMsg(v any) error {
 		c.mu.Lock()
 		c.local = append(c.local, append([]byte(nil), s.outMessage()...))
 		c.answered = true
+		if s.metadataChanged() && c.localHeader == nil {
+			c.localHeader = s.decodeMD(s.outMetadata()).Copy()
+		}
 		c.mu.Unlock()
 		return nil
 	}
@@ -403,8 +433,9 @@ func (c *clientStream) SendMsg(v any) error {
 		buf.Free()
 		buf = copyOut(s.outMessage())
 	}
-	if rpc := s.rpcHandle(); rpc != 0 {
-		c.pending.push(rpc)
+	rpc := s.rpcHandle()
+	c.pending.push(rpc)
+	if rpc != 0 {
 		// The stream may have ended (its context is then done) before this request
 		// joined the queue; the end's drain did not see it.
 		if err := c.ctx.Err(); err != nil {

@@ -85,6 +85,10 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	case verdictReject:
 		return nil, rejection(s)
 	case verdictReply:
+		// The reply's own headers (a cached response's), as the handler's would go out.
+		if s.metadataChanged() {
+			_ = grpc.SetHeader(ctx, s.decodeMD(s.outMetadata()))
+		}
 		return serverReply(s.outMessage(), codec, info.FullMethod, nil)
 	}
 	rpc := s.rpcHandle()
@@ -123,7 +127,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		return resp, err
 	}
 	if err != nil {
-		st := status.Convert(err)
+		st := statusOf(err)
 		rec.encode(s)
 		s.msg.len = 0
 		if r.runResponse(s, sideServer, m, rpc, int32(st.Code()), st.Message()) != rcOK {
@@ -134,7 +138,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		}
 		switch s.verdict() {
 		case verdictReject:
-			return nil, rejection(s)
+			return nil, errorRejection(s, err, st)
 		case verdictReply:
 			return serverReply(s.outMessage(), codec, info.FullMethod, nil)
 		}
@@ -444,8 +448,11 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	rc := w.r.runRequest(s, sideServer, w.m)
 	if rc == rcNoEdge {
 		if w.codec {
-			return w.r.decodeRequest(s.msg.bytes(), msg, w.name)
+			if err := w.r.decodeRequest(s.msg.bytes(), msg, w.name); err != nil {
+				return err
+			}
 		}
+		w.pending.push(0)
 		return nil
 	}
 	if rc != rcOK {
@@ -456,6 +463,14 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		return rejection(s)
 	case verdictReply:
 		w.sendMu.Lock()
+		if s.metadataChanged() && !w.headerSent {
+			// The reply's own headers (a cached response's) go out with it, in place of
+			// what the handler set under the same keys.
+			w.header = w.header.Copy()
+			for k, vs := range s.decodeMD(s.outMetadata()) {
+				w.header[k] = vs
+			}
+		}
 		err := w.sendBytes(s.outMessage(), msg)
 		w.sendMu.Unlock()
 		if err != nil {
@@ -474,9 +489,7 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		w.r.endRPC(sideServer, w.m, rpc, err, nil)
 		return err
 	}
-	if rpc != 0 {
-		w.pending.push(rpc)
-	}
+	w.pending.push(rpc)
 	return nil
 }
 
@@ -574,36 +587,62 @@ func (w *serverStream) SendMsg(v any) error {
 	return w.ServerStream.SendMsg(v)
 }
 
-// handleQueue holds the rpc handles of a stream's requests that wait for their response,
-// oldest first. SendMsg and RecvMsg may run on two goroutines at once.
+// handleQueue holds, oldest first, an entry for each of a stream's requests that went to the
+// other side and waits for its response: its rpc handle, or 0 when it has no response path
+// (no edge, or a chain with nothing to do on the response). The other side answers every
+// message, so those must keep their place, or a later request would be paired with an
+// earlier one's response once a reload changes which messages have handles. SendMsg and
+// RecvMsg may run on two goroutines at once.
 type handleQueue struct {
 	mu sync.Mutex
-	q  []uint64
+	q  []handleRun
+}
+
+// handleRun is one handle, or with rpc 0 a run of n requests without one, so a stream whose
+// requests run far ahead of its responses (client streaming) without handles queues nothing
+// per message.
+type handleRun struct {
+	rpc uint64
+	n   int
 }
 
 func (h *handleQueue) push(rpc uint64) {
 	h.mu.Lock()
-	h.q = append(h.q, rpc)
+	if last := len(h.q) - 1; rpc == 0 && last >= 0 && h.q[last].rpc == 0 {
+		h.q[last].n++
+	} else {
+		h.q = append(h.q, handleRun{rpc: rpc, n: 1})
+	}
 	h.mu.Unlock()
 }
 
+// pop takes the oldest entry: the handle of the request a response answers, 0 if it has
+// none (or the other side answers more messages than it was sent).
 func (h *handleQueue) pop() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.q) == 0 {
 		return 0
 	}
-	rpc := h.q[0]
-	h.q = h.q[1:]
+	rpc := h.q[0].rpc
+	if h.q[0].n--; h.q[0].n == 0 {
+		h.q = h.q[1:]
+	}
 	return rpc
 }
 
+// drain takes every handle still waiting.
 func (h *handleQueue) drain() []uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.q
+	var rpcs []uint64
+	for _, e := range h.q {
+		if e.rpc != 0 {
+			rpcs = append(rpcs, e.rpc)
+		}
+	}
 	h.q = nil
-	return q
+	return rpcs
 }
 
 // headerRecorder stands in for grpc-go's stream while a unary handler runs: it keeps the

@@ -563,3 +563,183 @@ func TestStreamWithServerCodecBuiltByHandRejectsCorruptMessages(t *testing.T) {
 		t.Fatalf("counters %+v, want one malformed message", c)
 	}
 }
+
+// A stream runs the version its first message was stamped with: its headers carry the stamp,
+// so the server runs that version for the whole stream, and so does the client for later
+// messages after a reload, while a request of that version still waits for its response.
+func TestClientStreamKeepsItsVersionAcrossAReload(t *testing.T) {
+	cfg := func(deny string) string {
+		return edge("echo.Echo/SayStream", "    client:\n      - metrics\n      - firewall: {field: user, deny: ["+deny+"]}\n")
+	}
+	crt := open(t, cfg("mallory"), "frontend")
+	srv, addr := serve(t, "echo-0")
+	c := dial(t, addr, crt.DialOptions()...)
+	stream, err := c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	// Its response not read yet, the first message's request keeps its version alive.
+	if err := crt.ReloadYAML(cfg("alice"), echoDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "after"}); err != nil {
+		t.Fatalf("a message of a stream opened before the reload ran the new version: %v", err)
+	}
+	for _, want := range []string{"before", "after"} {
+		if r, err := stream.Recv(); err != nil || r.GetBody() != want {
+			t.Fatalf("got %v, %v; want %q", r, err, want)
+		}
+	}
+	_ = stream.CloseSend()
+	if n := srv.calls.Load(); n != 2 {
+		t.Fatalf("the server saw %d messages, want 2", n)
+	}
+
+	// A stream opened after the reload runs the new version.
+	stream, err = c.SayStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stream.Send(&echopb.SayRequest{User: "alice", Body: "new"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	wantCode(t, err, codes.PermissionDenied, "acl")
+}
+
+// withoutHandles are configs whose SayStream requests on side have no response path: no
+// edge, or a chain whose response handlers have nothing to do.
+func withoutHandles(side string) map[string]string {
+	return map[string]string{
+		"no edge":          edge("echo.Echo/Say", "    any:\n      - metrics\n"),
+		"no response path": edge("echo.Echo/SayStream", "    "+side+":\n      - firewall: {field: user, deny: [mallory]}\n"),
+	}
+}
+
+// Requests of a stream without a response path keep their place in the pairing of requests
+// and responses: after a reload gives the stream's method a cache, the request that waits has
+// the response the server sent for it, not the one for the message sent before the reload
+// (which the cache would store under the wrong key).
+func TestClientStreamPairsResponsesAcrossMessagesWithoutHandles(t *testing.T) {
+	for name, yaml := range withoutHandles("client") {
+		t.Run(name, func(t *testing.T) { clientStreamPairsResponses(t, yaml) })
+	}
+}
+
+func clientStreamPairsResponses(t *testing.T, yaml string) {
+	crt := open(t, yaml, "frontend")
+	srv, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := crt.ReloadYAML(edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), echoDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	for _, want := range []string{"one", "two"} {
+		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != want {
+			t.Fatalf("got %v, %v; want %q", &reply, err, want)
+		}
+	}
+	if err := cs.RecvMsg(&reply); err != io.EOF {
+		t.Fatalf("the stream ends with %v, want io.EOF", err)
+	}
+	expectCached(t, conn, "two")
+	if n := srv.calls.Load(); n != 2 {
+		t.Fatalf("the server saw %d messages, want 2: the last is the cache's", n)
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// expectCached sends body on a new stream, which the chain's cache answers with the response
+// it stored for that body.
+func expectCached(t *testing.T, conn *grpc.ClientConn, body string) {
+	t.Helper()
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != body {
+		t.Fatalf("the cache answers %q with %v, %v: it stored another message's response", body, &reply, err)
+	}
+}
+
+// The same on the server: the handler reads both messages, then answers each.
+func TestServerStreamPairsResponsesAcrossMessagesWithoutHandles(t *testing.T) {
+	for name, yaml := range withoutHandles("server") {
+		t.Run(name, func(t *testing.T) { serverStreamPairsResponses(t, yaml) })
+	}
+}
+
+func serverStreamPairsResponses(t *testing.T, yaml string) {
+	srt := open(t, yaml, "echo")
+	received := make(chan struct{}, 8)
+	var handled atomic.Int64
+	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, func(_ any, stream grpc.ServerStream) error {
+		var bodies []string
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			handled.Add(1)
+			bodies = append(bodies, req.GetBody())
+			received <- struct{}{}
+		}
+		for _, b := range bodies {
+			if err := stream.SendMsg(&echopb.SayReply{Body: b}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	<-received // the server ran the message before the reload
+	if err := srt.ReloadYAML(edge("echo.Echo/SayStream", "    server:\n      - cache: {field: body}\n"), echoDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	<-received
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	for _, want := range []string{"one", "two"} {
+		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != want {
+			t.Fatalf("got %v, %v; want %q", &reply, err, want)
+		}
+	}
+	if err := cs.RecvMsg(&reply); err != io.EOF {
+		t.Fatalf("the stream ends with %v, want io.EOF", err)
+	}
+	expectCached(t, conn, "two")
+	if n := handled.Load(); n != 2 {
+		t.Fatalf("the handler saw %d messages, want 2: the last is the cache's", n)
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}

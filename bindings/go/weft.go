@@ -254,9 +254,19 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// method returns the C copy of a method name, making it on first use.
-func (r *Runtime) method(name string) cstr { return r.methodInfo(name).c }
+// method returns the C copy of a method name once a request of it has run a chain, else the
+// name for each call to copy. Copies are made only for methods with an edge (runRequest):
+// a server that takes any method name (grpc.UnknownServiceHandler) would otherwise keep
+// memory for every name a client sends.
+func (r *Runtime) method(name string) cstr {
+	if m, ok := (*r.methods.Load())[name]; ok {
+		return m.c
+	}
+	return cstr{name: name}
+}
 
+// methodInfo returns what the binding keeps for a method, making it on first use: only for
+// methods whose names are bounded (registered unary methods) or that have an edge.
 func (r *Runtime) methodInfo(name string) *methodInfo {
 	if m, ok := (*r.methods.Load())[name]; ok {
 		return m
@@ -336,6 +346,17 @@ func callError(rc C.int32_t, s *callState, dir string) error {
 // rejection is the error for a REJECT verdict.
 func rejection(s *callState) error {
 	return status.Error(codes.Code(s.c.code), string(outBytes(&s.c.out_message)))
+}
+
+// errorRejection is the error for a REJECT verdict on the response path of a call that
+// failed with err, whose status is st. The library hands back only a code and a text, so
+// when the chain passed them on unchanged the caller gets err itself, with what only err
+// carries: status details, or a handler's context error for grpc-go to map.
+func errorRejection(s *callState, err error, st *status.Status) error {
+	if codes.Code(s.c.code) == st.Code() && string(outBytes(&s.c.out_message)) == st.Message() {
+		return err
+	}
+	return rejection(s)
 }
 
 func (s *callState) verdict() C.int32_t   { return s.c.verdict }

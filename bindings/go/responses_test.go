@@ -1,0 +1,145 @@
+package weft_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+// sayServer serves echo.Echo/Say with a handler of the test's own.
+type sayServer struct {
+	echopb.UnimplementedEchoServer
+	say func(context.Context, *echopb.SayRequest) (*echopb.SayReply, error)
+}
+
+func (s sayServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+	return s.say(ctx, req)
+}
+
+func serveSay(t *testing.T, say func(context.Context, *echopb.SayRequest) (*echopb.SayReply, error), opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	echopb.RegisterEchoServer(srv, sayServer{say: say})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// A handler's error crosses a response path that leaves it alone as the handler returned it:
+// its status details arrive, and a handler's own context error keeps the code grpc-go gives
+// it (DEADLINE_EXCEEDED, not UNKNOWN).
+func TestHandlerErrorPassesAnUnchangingResponsePathWhole(t *testing.T) {
+	violation := &errdetails.BadRequest_FieldViolation{Field: "body", Description: "must not be empty"}
+	say := func(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+		if req.GetBody() == "wait" {
+			// The handler's own deadline, far shorter than the caller's.
+			c, cancel := context.WithTimeout(ctx, time.Millisecond)
+			defer cancel()
+			<-c.Done()
+			return nil, c.Err()
+		}
+		st, err := status.New(codes.InvalidArgument, "bad request").WithDetails(&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{violation},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) {
+			yaml := edge("echo.Echo/Say", "    "+side+":\n      - metrics\n")
+			srt := open(t, yaml, "echo")
+			crt := open(t, yaml, "frontend")
+			c := dial(t, serveSay(t, say, srt.ServerOptions()...), crt.DialOptions()...)
+
+			_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice"})
+			wantCode(t, err, codes.InvalidArgument, "bad request")
+			details := status.Convert(err).Details()
+			if len(details) != 1 {
+				t.Fatalf("the caller got details %v, want the handler's BadRequest", details)
+			}
+			br, ok := details[0].(*errdetails.BadRequest)
+			if !ok || len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != "body" {
+				t.Fatalf("the caller got details %v, want the handler's BadRequest", details)
+			}
+
+			_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "wait"})
+			wantCode(t, err, codes.DeadlineExceeded, "deadline exceeded")
+		})
+	}
+}
+
+// A reply the chain makes itself carries the headers it has: a cache hit arrives with the
+// headers of the response it stored, as that response did, whichever side the cache runs on.
+func TestLocalReplyCarriesItsHeaders(t *testing.T) {
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) {
+			c, srv := mesh(t, edge("echo.Echo/Say", "    "+side+":\n      - cache: {field: body}\n"))
+			srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
+			for i, who := range []string{"alice", "bob"} {
+				var header metadata.MD
+				r, err := c.Say(ctx(t), &echopb.SayRequest{User: who, Body: "hello"}, grpc.Header(&header))
+				if err != nil || r.GetBody() != "hello" {
+					t.Fatalf("call %d: %v, %v", i, r, err)
+				}
+				if got := header.Get("x-app"); len(got) != 1 || got[0] != "v1" {
+					t.Fatalf("call %d: the caller got x-app = %q, want \"v1\" (all: %v)", i, got, header)
+				}
+			}
+			if n := srv.calls.Load(); n != 1 {
+				t.Fatalf("the server saw %d calls, want 1: the repeat is the cache's", n)
+			}
+		})
+	}
+}
+
+// On a stream too, whichever side the cache runs on: the headers of a stream whose message
+// the cache answered are the stored response's.
+func TestStreamLocalReplyCarriesItsHeaders(t *testing.T) {
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) {
+			c, srv := mesh(t, edge("echo.Echo/SayStream", "    "+side+":\n      - cache: {field: body}\n"))
+			srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
+			for i := range 2 {
+				stream, err := c.SayStream(ctx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := stream.Send(&echopb.SayRequest{User: "alice", Body: "hello"}); err != nil {
+					t.Fatal(err)
+				}
+				// The client's stream opens only for a message the chain did not answer.
+				if err := stream.CloseSend(); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := stream.Recv(); err != nil || r.GetBody() != "hello" {
+					t.Fatalf("stream %d: %v, %v", i, r, err)
+				}
+				header, err := stream.Header()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := header.Get("x-app"); len(got) != 1 || got[0] != "v1" {
+					t.Fatalf("stream %d: the caller got x-app = %q, want \"v1\" (all: %v)", i, got, header)
+				}
+			}
+			if n := srv.calls.Load(); n != 1 {
+				t.Fatalf("the server saw %d messages, want 1: the repeat is the cache's", n)
+			}
+		})
+	}
+}
