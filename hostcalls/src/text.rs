@@ -18,9 +18,33 @@ pub fn utf8(bytes: &[u8]) -> Result<&str, Utf8Error> {
     }
 }
 
+/// A header name as messages keep it: lower case, as HTTP/2 sends it and as the runtime
+/// and the simulator store every key they receive. The checker refuses an upper-case name
+/// literal; a computed one (a parameter, a field) is lower-cased here, so
+/// `get_rpc_header(rpc, name)` finds the header whatever case `name` has and
+/// `set_rpc_header` never makes a second, differently cased key.
+pub fn header_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::utf8;
+    use super::{header_name, utf8};
+
+    #[test]
+    fn header_names_are_lower_cased_only_when_needed() {
+        assert!(matches!(
+            header_name("x-user"),
+            std::borrow::Cow::Borrowed("x-user")
+        ));
+        assert_eq!(header_name("X-User"), "x-user");
+        // Only ASCII letters change: HTTP/2 names are ASCII, others are left to fail there.
+        assert_eq!(header_name("X-\u{c9}t\u{e9}"), "x-\u{c9}t\u{e9}");
+    }
 
     #[test]
     fn agrees_with_the_standard_validator() {

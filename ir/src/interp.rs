@@ -16,6 +16,7 @@ use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::{self, RandomSource};
 use weft_hostcalls::state::StateStore;
+use weft_hostcalls::text::header_name;
 use weft_hostcalls::{Code, Message, MsgKind, Value};
 
 use crate::ast::BinOp;
@@ -442,6 +443,9 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let Value::Msg(m) = &mut self.locals[*msg] else {
                     return Err(RuntimeError::Type("header on a non-message".into()));
                 };
+                // As `text::header_name`, in place: the name is ours.
+                let mut n = n;
+                n.make_ascii_lowercase();
                 Arc::make_mut(m).headers.insert(n, v);
             }
             StmtKind::SetMetadata { key, value } => {
@@ -711,7 +715,12 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let Value::Str(n) = self.expr(name)? else {
                     return Err(RuntimeError::Type("header name".into()));
                 };
-                Value::Str(m.headers.get(&n).cloned().unwrap_or_default())
+                Value::Str(
+                    m.headers
+                        .get(&*header_name(&n))
+                        .cloned()
+                        .unwrap_or_default(),
+                )
             }
             ExprKind::Metadata(key) => {
                 let v = self.inst.scratch.get(self.rpc.id, *key).cloned();

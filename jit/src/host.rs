@@ -18,6 +18,7 @@ use weft_hostcalls::builtins;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng;
 use weft_hostcalls::state::StateStore;
+use weft_hostcalls::text::header_name;
 use weft_hostcalls::{Code, Message, MsgKind, Value};
 use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::eval::{self, RuntimeError};
@@ -944,7 +945,8 @@ extern "C" fn hc_header_get(f: F, msg: u64, name: u64) -> u64 {
         let Value::Str(n) = f.get(name)? else {
             return Err(RuntimeError::Type("header name".into()));
         };
-        let v = f.msg(msg)?.headers.get(n).cloned().unwrap_or_default();
+        let n = header_name(n);
+        let v = f.msg(msg)?.headers.get(&*n).cloned().unwrap_or_default();
         Ok(f.put(Value::Str(v)))
     })
 }
@@ -956,6 +958,9 @@ extern "C" fn hc_header_set(f: F, msg: u64, name: u64, value: u64) -> u64 {
                 "header name and value must be strings".into(),
             ));
         };
+        // As `text::header_name`, in place: the name is ours.
+        let mut n = n;
+        n.make_ascii_lowercase();
         let mut m = Arc::clone(f.msg(msg)?);
         Arc::make_mut(&mut m).headers.insert(n, v);
         Ok(f.put(Value::Msg(m)))
