@@ -643,23 +643,30 @@ func clientStreamPairsResponses(t *testing.T, yaml string) {
 	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "two"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cs.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var reply echopb.SayReply
-	for _, want := range []string{"one", "two"} {
-		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != want {
-			t.Fatalf("got %v, %v; want %q", &reply, err, want)
-		}
-	}
-	if err := cs.RecvMsg(&reply); err != io.EOF {
-		t.Fatalf("the stream ends with %v, want io.EOF", err)
-	}
+	closeAndExpect(t, cs, "one", "two")
 	expectCached(t, conn, "two")
 	if n := srv.calls.Load(); n != 2 {
 		t.Fatalf("the server saw %d messages, want 2: the last is the cache's", n)
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// closeAndExpect ends the sending side of cs and expects the replies with bodies want, in
+// order, then the end of the stream.
+func closeAndExpect(t *testing.T, cs grpc.ClientStream, want ...string) {
+	t.Helper()
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	for _, w := range want {
+		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != w {
+			t.Fatalf("got %v, %v; want %q", &reply, err, w)
+		}
+	}
+	if err := cs.RecvMsg(&reply); err != io.EOF {
+		t.Fatalf("the stream ends with %v, want io.EOF", err)
+	}
 }
 
 // expectCached sends body on a new stream, which the chain's cache answers with the response
@@ -725,18 +732,7 @@ func serverStreamPairsResponses(t *testing.T, yaml string) {
 		t.Fatal(err)
 	}
 	<-received
-	if err := cs.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var reply echopb.SayReply
-	for _, want := range []string{"one", "two"} {
-		if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != want {
-			t.Fatalf("got %v, %v; want %q", &reply, err, want)
-		}
-	}
-	if err := cs.RecvMsg(&reply); err != io.EOF {
-		t.Fatalf("the stream ends with %v, want io.EOF", err)
-	}
+	closeAndExpect(t, cs, "one", "two")
 	expectCached(t, conn, "two")
 	if n := handled.Load(); n != 2 {
 		t.Fatalf("the handler saw %d messages, want 2: the last is the cache's", n)
