@@ -62,6 +62,22 @@ fn stamped(digest: &str) -> Metadata {
     m
 }
 
+/// Starts an RPC of the server's current version, stamped with it, that stays in flight (the
+/// server-side metrics waits for its response) and so keeps that version alive.
+fn hold_an_rpc(server: &Engine) -> weft_runtime::Rpc {
+    let held = server
+        .process_request(
+            Side::Server,
+            "/echo.Echo/Say",
+            stamped(&server.digest()),
+            two_strings("a", "b"),
+        )
+        .unwrap();
+    let rpc = held.rpc.expect("metrics runs on the server side");
+    assert_eq!(rpc.version(), server.version());
+    rpc
+}
+
 fn error_code(seen: &Seen) -> Option<Code> {
     match seen {
         Seen::Error { code, .. } => Some(*code),
@@ -295,17 +311,7 @@ fn stamped_requests_run_their_version_while_it_lives() {
     let config = dir.path().join("weft.yaml");
     let server = Engine::open(&config, "echo", options()).unwrap();
     let old_digest = server.digest();
-    // An RPC of version 1 is in flight on the server (metrics waits for its response).
-    let held = server
-        .process_request(
-            Side::Server,
-            "/echo.Echo/Say",
-            stamped(&old_digest),
-            two_strings("a", "b"),
-        )
-        .unwrap();
-    let held_rpc = held.rpc.expect("metrics runs on the server side");
-    assert_eq!(held_rpc.version(), 1);
+    let held_rpc = hold_an_rpc(&server);
     let yaml = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, yaml.replace("capacity: 5", "capacity: 6")).unwrap();
     assert_eq!(server.reload().unwrap(), Reloaded::Installed(2));
@@ -368,15 +374,7 @@ fn a_stamp_of_a_version_without_the_method_runs_the_current_chain() {
     let config = dir.path().join("weft.yaml");
     let server = Engine::open(&config, "echo", options()).unwrap();
     let old_digest = server.digest();
-    let held = server
-        .process_request(
-            Side::Server,
-            "/echo.Echo/Say",
-            stamped(&old_digest),
-            two_strings("a", "b"),
-        )
-        .unwrap();
-    let _held_rpc = held.rpc.expect("metrics keeps version 1 alive");
+    let _held_rpc = hold_an_rpc(&server);
     let yaml = std::fs::read_to_string(&config).unwrap();
     std::fs::write(
         &config,
