@@ -247,8 +247,16 @@ impl Checker<'_> {
             }
             _ => {
                 let hint_ty = if op.is_comparison() { None } else { expected };
-                let l = self.expr(lhs, hint_ty);
-                let r = self.expr(rhs, Some(&l.ty).filter(|t| **t != Type::Dyn).or(hint_ty));
+                let (l, r) = if is_none_name(lhs) && matches!(op, BinOp::Eq | BinOp::Ne) {
+                    // `None == opt`: `None` takes its type from the other side.
+                    let r = self.expr(rhs, hint_ty);
+                    let l = self.expr(lhs, Some(&r.ty).filter(|t| **t != Type::Dyn));
+                    (l, r)
+                } else {
+                    let l = self.expr(lhs, hint_ty);
+                    let r = self.expr(rhs, Some(&l.ty).filter(|t| **t != Type::Dyn).or(hint_ty));
+                    (l, r)
+                };
                 let (l, r, ty) = match self.unify(l, r, op, span) {
                     Some(x) => x,
                     None => return err_expr(span),
@@ -299,6 +307,12 @@ impl Checker<'_> {
         op: BinOp,
         span: Span,
     ) -> Option<(Expr, Expr, Type)> {
+        // `opt == None` asks whether the entry is missing: both executors compare Options
+        // as values, so only a comparison with a plain value unwraps.
+        if matches!(op, BinOp::Eq | BinOp::Ne) && l.ty == r.ty && matches!(l.ty, Type::Option(_)) {
+            let t = l.ty.clone();
+            return Some((l, r, t));
+        }
         let (l, r) = (self.implicit_unwrap(l), self.implicit_unwrap(r));
         if l.ty == r.ty {
             let t = l.ty.clone();
@@ -461,4 +475,9 @@ impl Checker<'_> {
             || matches!((from, to), (Type::Int | Type::Uint, Type::Float))
             || *from == Type::Dyn
     }
+}
+
+/// The bare name `None` (typed only by its context).
+fn is_none_name(e: &ast::Expr) -> bool {
+    matches!(&e.kind, ast::ExprKind::Name(n) if n == "None")
 }
