@@ -32,6 +32,7 @@ pub mod term;
 pub mod testgen;
 pub mod types;
 pub mod wire;
+pub mod wire_check;
 pub mod wire_json;
 
 pub use diag::{Diagnostic, Severity, SourceFile, Span};

@@ -78,6 +78,10 @@ pub enum WireError {
         expected: String,
         found: String,
     },
+    #[error(
+        "the message nests more than {limit} messages deep at byte {offset}; Weft refuses deeper nesting, as protobuf does"
+    )]
+    TooDeep { offset: usize, limit: usize },
     #[error("field path `{path}` is malformed: {reason}")]
     InvalidPath { path: String, reason: String },
     #[error("cannot convert JSON to a `{message}`: {reason}")]
@@ -121,7 +125,7 @@ pub(crate) struct Rec<'a> {
     pub(crate) number: u32,
     pub(crate) wire: u8,
     /// Offset of the record's key in the caller's message.
-    offset: usize,
+    pub(crate) offset: usize,
     /// The whole record, key included.
     raw: &'a [u8],
     /// The varint, the fixed-width bytes, or the payload after the length prefix.

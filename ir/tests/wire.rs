@@ -17,6 +17,7 @@ use weft_ir::schema::{
     Cardinality, FieldPath, FieldStep, ProtoKind, Schema, resolve_path, resolve_payload_path,
 };
 use weft_ir::wire::{self, WireError};
+use weft_ir::wire_check::WireCheck;
 
 fn schema() -> &'static Schema {
     static SCHEMA: OnceLock<Schema> = OnceLock::new();
@@ -1236,4 +1237,159 @@ fn deep_nesting_is_left_to_prost_reflect_and_its_limit() {
     assert_eq!(at["x"], 1);
     // Past prost's limit: an error, not a stack overflow.
     assert!(wire::bytes_to_json(&inner, &nested_inner(150)).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole-message check the runtime runs before an edge's first element
+
+/// A damaged copy of a random message of `desc`'s type.
+fn damaged(
+    seed: u64,
+    desc: &MessageDescriptor,
+    cut: &prop::sample::Index,
+    flips: &[(prop::sample::Index, u8)],
+) -> Vec<u8> {
+    let mut bytes = random_input(seed, desc);
+    if !bytes.is_empty() {
+        for (at, x) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= x;
+        }
+        bytes.truncate(cut.index(bytes.len() + 1));
+    }
+    bytes
+}
+
+/// The check accepts exactly what prost-reflect decodes, except groups, which prost skips
+/// and Weft refuses everywhere.
+fn check_agrees_with_prost(desc: &MessageDescriptor, bytes: &[u8]) {
+    let ours = WireCheck::new(desc).check(bytes);
+    let prost = DynamicMessage::decode(desc.clone(), bytes);
+    match (&ours, &prost) {
+        (Ok(()), Ok(_)) | (Err(_), Err(_)) => {}
+        (Err(WireError::Group { .. }), Ok(_)) => {}
+        _ => panic!(
+            "{}: the check says {ours:?}, prost says {:?} for {bytes:?}",
+            desc.full_name(),
+            prost.map(|_| ())
+        ),
+    }
+}
+
+/// After the check passes, no element's access to any field can fail: every read, size and
+/// write of every path (message payloads included) succeeds.
+fn checked_messages_allow_every_access(desc: &MessageDescriptor, bytes: &[u8]) {
+    if WireCheck::new(desc).check(bytes).is_err() {
+        return;
+    }
+    let mut rng = Rng(bytes.len() as u64);
+    let mut texts = Vec::new();
+    all_paths(desc, "", 3, &mut texts);
+    for t in &texts {
+        let Ok(path) = resolve_payload_path(desc, t) else {
+            continue;
+        };
+        if let Err(e) = wire::read(bytes, &path) {
+            panic!("read {t} of a checked message failed: {e}; {bytes:?}");
+        }
+        if let Err(e) = wire::byte_size(bytes, &path) {
+            panic!("byte_size {t} of a checked message failed: {e}; {bytes:?}");
+        }
+        if path.leaf().is_some_and(|l| l.kind == ProtoKind::Message) {
+            continue; // Elements cannot write message-typed fields.
+        }
+        let value = random_value(&mut rng, &path.ty);
+        if let Err(e) = wire::write(bytes, &path, &value) {
+            panic!("write {t} of a checked message failed: {e}; {bytes:?}");
+        }
+    }
+}
+
+/// The fuzzed types, and the ones they nest whose damage is rarer one level down.
+const CHECKED: [&str; 6] = [
+    "weft.test.Root",
+    "weft.legacy.Legacy",
+    "weft.test.Choice",
+    "weft.test.Lists",
+    "weft.test.Maps",
+    "weft.test.Scalars",
+];
+
+proptest! {
+    #[test]
+    fn the_message_check_agrees_with_prost_on_damaged_messages(seed: u64, cut in any::<prop::sample::Index>(), flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3)) {
+        for name in CHECKED {
+            let desc = msg(name);
+            check_agrees_with_prost(&desc, &random_input(seed, &desc));
+            let bytes = damaged(seed, &desc, &cut, &flips);
+            check_agrees_with_prost(&desc, &bytes);
+            checked_messages_allow_every_access(&desc, &bytes);
+        }
+    }
+
+    #[test]
+    fn the_message_check_agrees_with_prost_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
+        for name in CHECKED {
+            let desc = msg(name);
+            check_agrees_with_prost(&desc, &bytes);
+            checked_messages_allow_every_access(&desc, &bytes);
+        }
+    }
+}
+
+#[test]
+fn the_message_check_stops_at_prosts_nesting_limit_without_overflowing() {
+    let inner = msg("weft.test.Inner");
+    for depth in (90..=110).chain([10_000]) {
+        check_agrees_with_prost(&inner, &nested_inner(depth));
+    }
+    let e = WireCheck::new(&inner)
+        .check(&nested_inner(10_000))
+        .expect_err("too deep");
+    assert!(matches!(e, WireError::TooDeep { .. }), "{e}");
+}
+
+#[test]
+fn the_message_check_names_the_field_and_the_byte() {
+    let root = msg("weft.test.Root");
+    let field = root.get_field_by_name("inner").expect("Root.inner");
+    let inner = msg("weft.test.Inner");
+    let string_field = inner
+        .fields()
+        .find(|f| matches!(f.kind(), Kind::String))
+        .expect("Inner has a string field");
+    // Root.inner = Inner { <string field> = "\xff" }: invalid UTF-8 one level down.
+    let key = |number: u32| ((number << 3) | 2) as u8;
+    let bytes = [key(field.number()), 3, key(string_field.number()), 1, 0xff];
+    let e = WireCheck::new(&root)
+        .check(&bytes)
+        .expect_err("invalid UTF-8");
+    assert_eq!(
+        e,
+        WireError::InvalidUtf8 {
+            field: string_field.full_name().to_owned(),
+            offset: 4
+        }
+    );
+    // The read of the whole `inner` payload does not look inside it; the check does.
+    let path = resolve_payload_path(&root, "inner").expect("payload path");
+    assert!(wire::read(&bytes, &path).is_ok());
+}
+
+#[test]
+fn the_message_check_refuses_broken_packed_runs_as_prost_does() {
+    let lists = msg("weft.test.Lists");
+    // l_double (1), l_float (2), l_int32 (3): runs whose length breaks an element.
+    for (bytes, whole) in [
+        (&[0x0a, 0x07, 0, 0, 0, 0, 0, 0, 0][..], false),
+        (&[0x0a, 0x08, 0, 0, 0, 0, 0, 0, 0, 0][..], true),
+        (&[0x12, 0x03, 0, 0, 0][..], false),
+        (&[0x12, 0x04, 0, 0, 0, 0][..], true),
+        (&[0x1a, 0x02, 0x01, 0x80][..], false),
+        (&[0x1a, 0x02, 0x01, 0x7f][..], true),
+    ] {
+        check_agrees_with_prost(&lists, bytes);
+        let checked = WireCheck::new(&lists).check(bytes);
+        assert_eq!(checked.is_ok(), whole, "{bytes:?}: {checked:?}");
+    }
 }

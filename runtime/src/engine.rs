@@ -638,6 +638,20 @@ impl Engine {
                 version: version.number,
             });
         };
+        if let Some(check) = &of_method.message_checks[0]
+            && let Err(e) = check.check(&input.bytes)
+        {
+            // Before any element: the RPC meets the chain nowhere (docs/engine.md,
+            // "Malformed messages").
+            return Ok(RequestOutcome {
+                verdict: Verdict::Reject {
+                    code: Code::InvalidArgument,
+                    message: self.refused("request", of_method.schema.request.full_name(), &e),
+                },
+                rpc: None,
+                version: version.number,
+            });
+        }
         let template = &of_method.rpc_template;
         let id = self.inner.next_rpc.fetch_add(1, Ordering::Relaxed);
         let mut channels = Channels {
@@ -767,11 +781,22 @@ impl Engine {
         mut rpc: Rpc,
         fill: impl FnOnce(&mut Message),
     ) -> Result<ResponseOutcome, EngineError> {
-        let (input, _) = fresh_message(None, fill);
+        let (mut input, _) = fresh_message(None, fill);
         // Borrowed, not cloned: an atomic add and subtract on a count every thread shares.
         let version = &rpc.version;
         let seg = &version.segments[rpc.segment];
         let of_method = &seg.methods[rpc.method];
+        if let Some(check) = &of_method.message_checks[1]
+            && input.code == Code::Ok
+            && let Err(e) = check.check(&input.bytes)
+        {
+            // The response handlers see an error in its place, as they would a failed call.
+            let message = self.refused("response", of_method.schema.response.full_name(), &e);
+            input = Arc::new(Message {
+                headers: input.headers.clone(),
+                ..Message::error(Code::InvalidArgument, message)
+            });
+        }
         let answer = match (&of_method.compiled, rpc.forwarded) {
             (Some(compiled), n) if n > 0 => {
                 let mut channels = Channels {
@@ -814,6 +839,17 @@ impl Engine {
             verdict,
             version: version.number,
         })
+    }
+}
+
+impl Engine {
+    /// Counts a message the whole-message check refused and words the rejection.
+    fn refused(&self, what: &str, ty: &str, e: &weft_ir::wire::WireError) -> String {
+        self.inner
+            .counters
+            .refused_malformed
+            .fetch_add(1, Ordering::Relaxed);
+        format!("malformed {what}: not a valid `{ty}`: {e}")
     }
 }
 

@@ -23,6 +23,7 @@ use weft_ir::layout::Layout;
 use weft_ir::load::{LoadedEdge, element_candidates, element_source, load_edge};
 use weft_ir::schema::MethodSchema;
 use weft_ir::sim::{var_specs, write_state};
+use weft_ir::wire_check::WireCheck;
 use weft_jit::{Compiled, Fusion, block_store, compile};
 
 use crate::engine::{ROUTE_HEADER, VERSION_HEADER};
@@ -124,6 +125,9 @@ pub struct VersionCounters {
     /// a later version took over passes its counts on instead ([`copy_state`]).
     retired_malformed: AtomicU64,
     retired_errors: AtomicU64,
+    /// Messages a segment's whole-message check refused before its first element
+    /// ([`message_checks`]); no instance saw them.
+    pub(crate) refused_malformed: AtomicU64,
     /// Every segment's instances while they live, whichever version they belong to.
     segments: Segments,
 }
@@ -159,7 +163,8 @@ impl VersionCounters {
                 states.iter().map(Weak::upgrade).collect();
             if upgraded.iter().all(Option::is_some) {
                 let retired = (
-                    self.retired_malformed.load(Ordering::Relaxed),
+                    self.retired_malformed.load(Ordering::Relaxed)
+                        + self.refused_malformed.load(Ordering::Relaxed),
                     self.retired_errors.load(Ordering::Relaxed),
                 );
                 break (upgraded.into_iter().flatten().collect::<Vec<_>>(), retired);
@@ -368,8 +373,11 @@ pub(crate) struct SegmentMethod {
     /// request needs no response call.
     pub response_inert: bool,
     /// Whether the request handlers, and the response handlers, can observe the message's
-    /// bytes ([`message_observed`]).
+    /// bytes ([`message_observed`]), or the segment checks them ([`message_checks`]).
     pub message_observed: [bool; 2],
+    /// The whole-message checks of the request (`[0]`) and the response (`[1]`) this side
+    /// runs before its elements ([`message_checks`]).
+    pub message_checks: [Option<Arc<WireCheck>>; 2],
     /// What `rpc_id()`, `method()`, `src()`, `dst()` see, minus the id (its key is read on
     /// every call, its strings only by a thread that ran another template last).
     pub rpc_template: RpcTemplate,
@@ -779,6 +787,11 @@ fn build_segment(
             })?;
             Some(Arc::new(c))
         };
+        let message_checks = message_checks(loaded, layout, side, method);
+        let mut message_observed = message_observed(loaded, &positions, &method.full_name);
+        for (observed, check) in message_observed.iter_mut().zip(&message_checks) {
+            *observed |= check.is_some();
+        }
         methods.push(SegmentMethod {
             compiled,
             visible_keys,
@@ -788,7 +801,8 @@ fn build_segment(
                 &method.full_name,
                 options.channels.is_none(),
             ),
-            message_observed: message_observed(loaded, &positions, &method.full_name),
+            message_observed,
+            message_checks,
             rpc_template: RpcTemplate::new(RpcInfo {
                 id: 0,
                 method: method.full_name.clone(),
@@ -880,6 +894,66 @@ pub(crate) fn message_observed(
         }
     }
     seen
+}
+
+/// The whole-message checks one side runs for one method: the request's (`[0]`) and the
+/// response's (`[1]`), each a [`WireCheck`] of the message type, run before the side's first
+/// element. A malformed message is rejected there, before any element of the edge has run,
+/// so no element's field access can fail, and no placement changes what a malformed RPC
+/// does (docs/engine.md, "Malformed messages").
+///
+/// A direction is checked only when some element of the edge, on either side, reads or
+/// writes a field of its message, and only on a side that runs elements for the method:
+/// - the request on the client side, or on the server when the client runs none;
+/// - the response on the server side, and on the client side too: a server whose response
+///   handlers are all inert skips the response call (and so the check) by its own
+///   options, which the client cannot know. A response the server checked and found
+///   malformed reaches the client as an error, which has no bytes to check again.
+pub(crate) fn message_checks(
+    loaded: &LoadedEdge,
+    layout: &Layout,
+    side: Side,
+    method: &MethodSchema,
+) -> [Option<Arc<WireCheck>>; 2] {
+    let runs = |s: Side| {
+        side_elements(layout, s)
+            .iter()
+            .any(|&k| loaded.elements[k].ir.contains_key(&method.full_name))
+    };
+    if !runs(side) {
+        return [None, None];
+    }
+    let every: Vec<usize> = (0..loaded.elements.len()).collect();
+    let parsed = fields_accessed(loaded, &every, &method.full_name);
+    let checks_here = [side == Side::Client || !runs(Side::Client), true];
+    let types = [&method.request, &method.response];
+    std::array::from_fn(|d| {
+        (parsed[d] && checks_here[d]).then(|| Arc::new(WireCheck::new(types[d])))
+    })
+}
+
+/// Whether some element among `positions` reads or writes a field of the request (`[0]`)
+/// or the response (`[1]`) of one method: the accesses that decode the message's bytes.
+fn fields_accessed(loaded: &LoadedEdge, positions: &[usize], method: &str) -> [bool; 2] {
+    let field = |key: &str| key.starts_with("f:");
+    let mut accessed = [false; 2];
+    for &k in positions {
+        let el = &loaded.elements[k];
+        let Some(ir) = el.ir.get(method) else {
+            continue;
+        };
+        let abs = abstract_element(ir, &el.use_);
+        for (accessed, h) in accessed.iter_mut().zip([&abs.req, &abs.resp]) {
+            *accessed |= h
+                .reads
+                .iter()
+                .any(|i| matches!(i, Input::Key(key) if field(key)))
+                || h.writes
+                    .iter()
+                    .any(|(t, _)| matches!(t, Target::Key(key) if field(key)));
+        }
+    }
+    accessed
 }
 
 /// The metadata keys a segment's elements can read or write for one method, plus those the
