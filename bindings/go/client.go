@@ -192,7 +192,7 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 	case verdictReply:
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's reply")
 	}
-	return err
+	return unmarshalInto(s.successInPlace(), replyMsg, "the chain's response")
 }
 
 // StreamClientInterceptor runs the client side of the chain on every message of a stream:

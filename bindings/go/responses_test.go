@@ -83,6 +83,39 @@ func TestHandlerErrorPassesAnUnchangingResponsePathWhole(t *testing.T) {
 	}
 }
 
+// A response handler may answer a failed call with a success of its own (the test element
+// `fallback` sends the last successful response in its place): the caller gets that response,
+// not the handler's error, whichever side the element runs on.
+func TestAChainMayTurnAnErrorIntoASuccess(t *testing.T) {
+	say := func(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+		if req.GetBody() == "fail" {
+			return nil, status.Error(codes.Unavailable, "the backend is down")
+		}
+		return &echopb.SayReply{Body: req.GetBody(), ServedBy: "echo-0"}, nil
+	}
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) {
+			yaml := "element_paths: [../../ir/tests/elements]\n" +
+				edge("echo.Echo/Say", "    "+side+":\n      - fallback\n")
+			srt := open(t, yaml, "echo")
+			crt := open(t, yaml, "frontend")
+			c := dial(t, serveSay(t, say, srt.ServerOptions()...), crt.DialOptions()...)
+
+			r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "fresh"})
+			if err != nil || r.GetBody() != "fresh" {
+				t.Fatalf("first call: %v, %v", r, err)
+			}
+			r, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "fail"})
+			if err != nil {
+				t.Fatalf("the failed call reached the caller as %v; the fallback answered it", err)
+			}
+			if r.GetBody() != "fresh" || r.GetServedBy() != "echo-0" {
+				t.Fatalf("the caller got %v, want the stored response", r)
+			}
+		})
+	}
+}
+
 // A reply the chain makes itself carries the headers it has: a cache hit arrives with the
 // headers of the response it stored, as that response did, whichever side the cache runs on.
 func TestLocalReplyCarriesItsHeaders(t *testing.T) {

@@ -142,7 +142,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		case verdictReply:
 			return serverReply(s.outMessage(), codec, info.FullMethod, nil)
 		}
-		return nil, err
+		return serverReply(s.successInPlace(), codec, info.FullMethod, nil)
 	}
 	respMsg, ok := resp.(proto.Message)
 	if !ok {

@@ -368,6 +368,16 @@ func (s *callState) metadataChanged() bool {
 func (s *callState) outMessage() []byte  { return outBytes(&s.c.out_message) }
 func (s *callState) outMetadata() []byte { return outBytes(&s.c.out_metadata) }
 
+// successInPlace is the response a chain forwarded in place of an error it was given: a
+// response handler answered the failed call with a success of its own. The message is the
+// one the chain wrote, or the error's (empty) message when it wrote none.
+func (s *callState) successInPlace() []byte {
+	if s.messageChanged() {
+		return s.outMessage()
+	}
+	return nil
+}
+
 // routeTo is the replica the chain chose, "" if none; interned, so steady routing does not
 // allocate.
 func (s *callState) routeTo() string {
