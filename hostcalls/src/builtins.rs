@@ -20,6 +20,8 @@ use crate::value::{Message, MsgKind, Value};
 pub enum BuiltinError {
     #[error("random_int({lo}, {hi}): the range is empty; `hi` must be greater than `lo`")]
     EmptyRange { lo: i64, hi: i64 },
+    #[error("randomf({lo}, {hi}): both bounds must be finite numbers")]
+    NonFiniteBound { lo: f64, hi: f64 },
     #[error("quantile of an empty collection is undefined")]
     EmptyQuantile,
     #[error("quantile: q is NaN; it must be a number between 0 and 1")]

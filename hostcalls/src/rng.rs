@@ -84,6 +84,18 @@ pub fn random_float(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> f64 {
     }
 }
 
+/// The language's `randomf(lo, hi)`: [`random_float`] for finite bounds. An infinite or NaN
+/// bound has no uniform distribution, and the result would be NaN or infinite; it is a
+/// run-time error instead, before any draw. `hi < lo` draws from (hi, lo], `lo == hi` gives
+/// `lo`: a computed width of zero (no jitter) is not an error.
+pub fn randomf(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> Result<f64, BuiltinError> {
+    if lo.is_finite() && hi.is_finite() {
+        Ok(random_float(rng, lo, hi))
+    } else {
+        Err(BuiltinError::NonFiniteBound { lo, hi })
+    }
+}
+
 /// `random_int(lo, hi)`: uniform in [lo, hi), for any range up to the full width of `i64`.
 pub fn random_int(rng: &mut dyn RandomSource, lo: i64, hi: i64) -> Result<i64, BuiltinError> {
     if hi <= lo {
@@ -192,6 +204,25 @@ mod tests {
             // Independent 64-bit streams share no word in practice.
             assert!(a.iter().all(|w| !other.contains(w)));
         }
+    }
+
+    #[test]
+    fn randomf_refuses_infinite_and_nan_bounds_before_drawing() {
+        let mut r = Replay(vec![1 << 63]);
+        for (lo, hi) in [
+            (0.0, f64::INFINITY),
+            (f64::NEG_INFINITY, 0.0),
+            (f64::NAN, 1.0),
+            (0.0, f64::NAN),
+        ] {
+            let e = randomf(&mut r, lo, hi).expect_err("not finite");
+            assert!(matches!(e, BuiltinError::NonFiniteBound { .. }), "{e}");
+        }
+        // The one word is still there: no refused call drew it.
+        assert_eq!(randomf(&mut r, 10.0, 20.0), Ok(15.0));
+        let mut r = Replay(vec![1 << 63, 1 << 63]);
+        assert_eq!(randomf(&mut r, 3.0, 3.0), Ok(3.0));
+        assert_eq!(randomf(&mut r, 20.0, 10.0), Ok(15.0));
     }
 
     #[test]

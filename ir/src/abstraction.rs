@@ -806,6 +806,7 @@ impl Scan {
                         (Some(ExprKind::Const(Value::Int(lo))), Some(ExprKind::Const(Value::Int(hi))))
                             if lo < hi
                     ),
+                    Builtin::RandomF => !args.iter().all(finite_constant),
                     Builtin::Quantile | Builtin::Compress | Builtin::Decompress => true,
                     _ => false,
                 };
@@ -815,6 +816,17 @@ impl Scan {
                 }
             }
         }
+    }
+}
+
+/// A number written as a constant (possibly converted to float by the checker) that is
+/// finite: `randomf(0.0, 1.0)` and `randomf(0, 10)` cannot fail.
+fn finite_constant(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Const(Value::Float(f)) => f.is_finite(),
+        ExprKind::Const(Value::Int(_) | Value::Uint(_)) => true,
+        ExprKind::Convert { operand } => finite_constant(operand),
+        _ => false,
     }
 }
 

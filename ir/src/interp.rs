@@ -751,11 +751,11 @@ impl<'a, 'h> Frame<'a, 'h> {
                 .ok_or_else(|| RuntimeError::Type("expected a float".into()))
         };
         Ok(match b {
-            Builtin::RandomF => Value::Float(rng::random_float(
+            Builtin::RandomF => Value::Float(rng::randomf(
                 self.inst.rng.as_mut(),
                 float(arg(0))?,
                 float(arg(1))?,
-            )),
+            )?),
             Builtin::RandomI => {
                 let (Value::Int(lo), Value::Int(hi)) = (arg(0), arg(1)) else {
                     return Err(RuntimeError::Type("randomi bounds".into()));

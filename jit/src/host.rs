@@ -381,7 +381,7 @@ extern "C" fn hc_call_pure(f: F, builtin: u64, n: i64, a: u64, b: u64, c: u64) -
 extern "C" fn hc_random_f(f: F, elem: i64, lo: f64, hi: f64) -> f64 {
     guard(f, 0.0, |f| {
         let inst = f.instance(elem)?;
-        Ok(rng::random_float(inst.rng.as_mut(), lo, hi))
+        Ok(rng::randomf(inst.rng.as_mut(), lo, hi)?)
     })
 }
 
