@@ -414,6 +414,9 @@ pub enum HostFn {
     /// [`HostFn::StateContains`] whose key is a `string` field of a message: the key is
     /// looked up as it lies in the message bytes, and no string value is made.
     StateContainsField = 70,
+    /// The end of a read-modify-write: stores the binder's final value unless it equals the
+    /// value [`HostFn::RmwBegin`] gave (so a lambda that changes nothing writes nothing).
+    RmwEnd = 71,
 }
 
 /// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.

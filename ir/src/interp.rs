@@ -616,7 +616,9 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let k = self.expr(key)?;
                 let zero = self.element.state[*var].value_type().zero_value();
                 let current = self.inst.store.get(*var, &k)?.unwrap_or(zero);
-                self.locals[*binder] = current;
+                // Kept to compare: a lambda that changes nothing writes nothing (no missing
+                // key inserted, no weak write to merge over another replica's).
+                self.locals[*binder] = current.clone();
                 let result = match self.block(body)? {
                     Flow::Return(v) => v,
                     Flow::Normal => Value::Unit,
@@ -625,7 +627,9 @@ impl<'a, 'h> Frame<'a, 'h> {
                     }
                 };
                 let new = std::mem::replace(&mut self.locals[*binder], Value::Unit);
-                self.inst.store.set(*var, k, new)?;
+                if new != current {
+                    self.inst.store.set(*var, k, new)?;
+                }
                 result
             }
             ExprKind::StateSize(var) => Value::Int(self.inst.store.len(*var)? as i64),

@@ -299,8 +299,9 @@ pub enum ExprKind {
         key: Box<Expr>,
     },
     /// `get(map_state, k, lambda(v): …)`: atomic read-modify-write of one key. The binder
-    /// starts as the stored value (the zero value when missing); its final value is stored;
-    /// the expression's value is the lambda's `return` value.
+    /// starts as the stored value (the zero value when missing); its final value is stored
+    /// unless it equals that starting value; the expression's value is the lambda's `return`
+    /// value.
     StateRmw {
         var: VarId,
         key: Box<Expr>,

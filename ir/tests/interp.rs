@@ -286,8 +286,8 @@ resp(rpc):
         panic!()
     };
     assert_eq!(m.get(&Value::str("a")), Some(&Value::Int(0)));
-    // A missing key starts from zero and is stored.
-    assert_eq!(m.get(&Value::str("b")), Some(&Value::Int(0)));
+    // A missing key starts from zero; left at zero, nothing is stored.
+    assert_eq!(m.get(&Value::str("b")), None);
 }
 
 #[test]

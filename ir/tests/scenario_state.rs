@@ -200,3 +200,26 @@ fn control_writes_to_a_weak_sum_variable_count_once() {
         .collect();
     assert_eq!(seen, ["10", "10", "8", "8"]);
 }
+
+#[test]
+fn a_read_modify_write_that_changes_nothing_writes_nothing() {
+    let sc = Scenario::with_sim("weak_sync_interval: 10", "client:\n  - weak_touch");
+    let trace = vec![
+        rpc(1, 1.0).src("a").user("writer").priority(5),
+        // b's replica has not seen the write: it reads k as 0 and leaves it so. Had it stored
+        // that 0, its later write would win the merge at t = 10 over a's 5.
+        rpc(2, 2.0).src("b").user("reader"),
+        rpc(3, 11.0).src("b").user("reader"),
+    ];
+    let report = sc.run(trace);
+    let read: Vec<&str> = report
+        .results
+        .iter()
+        .filter_map(|r| r.server_headers.get("x-read").map(String::as_str))
+        .collect();
+    assert_eq!(read, ["0", "5"]);
+    let merged = Value::Map([(s("k"), Value::Int(5))].into_iter().collect());
+    // Nor is the missing key `reader` inserted by reading it.
+    assert_eq!(state(&report, "weak_touch@a", "seen"), &merged);
+    assert_eq!(state(&report, "weak_touch@b", "seen"), &merged);
+}

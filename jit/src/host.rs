@@ -595,6 +595,20 @@ extern "C" fn hc_rmw_begin(f: F, elem: i64, var: u64, key: u64, zero: u64) -> u6
     })
 }
 
+/// Stores `new` under `key` unless it equals `begun`, the value [`hc_rmw_begin`] read (the
+/// zero value for a missing key), as the interpreter does.
+extern "C" fn hc_rmw_end(f: F, elem: i64, var: u64, key: u64, new: u64, begun: u64) {
+    guard(f, (), |f| {
+        if f.get(new)? == f.get(begun)? {
+            return Ok(());
+        }
+        let k = f.take_clone(key)?;
+        let v = f.take_clone(new)?;
+        f.instance(elem)?.store.set(var as usize, k, v)?;
+        Ok(())
+    })
+}
+
 /// `set(local, k, v)`: a new value (values are immutable once in the arena, so another
 /// local holding the old handle keeps the old value, as with the interpreter's copies).
 extern "C" fn hc_local_set(f: F, coll: u64, key: u64, value: u64) -> u64 {
@@ -1347,6 +1361,7 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
             hc_state_contains_field as *const u8,
             sig(&[I, I, I, I], Some(I)),
         ),
+        RmwEnd => (hc_rmw_end as *const u8, sig(&[I, I, I, I, I], None)),
     }
 }
 
@@ -1425,6 +1440,7 @@ pub const ALL: &[HostFn] = &{
         ChannelEmitF,
         StateContains,
         StateContainsField,
+        RmwEnd,
     ]
 };
 

@@ -933,10 +933,10 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let zero_v = self.element.state[*var].value_type().zero_value();
                 let zero = self.constant(&zero_v);
                 let (el, varc) = (self.elem(), self.iconst(*var as i64));
-                let cur = self.callv(HostFn::RmwBegin, &[el, varc, k, zero]);
+                let begun = self.callv(HostFn::RmwBegin, &[el, varc, k, zero]);
                 self.check();
                 let bty = self.body.locals[*binder].ty.clone();
-                let cur = self.unboxed(cur, &bty);
+                let cur = self.unboxed(begun, &bty);
                 self.b.def_var(self.locals[*binder], cur);
                 let r = repr(&e.ty);
                 let exit = self.b.create_block();
@@ -951,7 +951,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let new = self.b.use_var(self.locals[*binder]);
                 let new = self.boxed(new, &bty);
                 let (el, varc) = (self.elem(), self.iconst(*var as i64));
-                self.call(HostFn::StateSet, &[el, varc, k, new]);
+                self.call(HostFn::RmwEnd, &[el, varc, k, new, begun]);
                 self.check();
                 result
             }
