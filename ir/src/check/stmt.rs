@@ -300,7 +300,8 @@ impl Checker<'_> {
             }
         }
         let v = self.expr(e, None);
-        if matches!(v.kind, ExprKind::StateRmw { .. }) {
+        if has_effect(&v) {
+            // A read-modify-write (or a random draw) inside runs for its effect, as written.
             return Some(StmtKind::Eval(v));
         }
         if v.ty != Type::Dyn {
@@ -529,5 +530,35 @@ impl Checker<'_> {
             && !self.state_index.contains_key(n)
             && !self.channel_index.contains_key(n)
             && !self.params.iter().any(|p| p.name == n)
+    }
+}
+
+/// Whether evaluating `e` changes anything beyond its value: a read-modify-write of state
+/// anywhere inside, or a draw from the element's random stream.
+fn has_effect(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::StateRmw { .. } => true,
+        ExprKind::Call { builtin, args } => {
+            builtin.uses_randomness() || args.iter().any(has_effect)
+        }
+        ExprKind::Const(_)
+        | ExprKind::Param(_)
+        | ExprKind::Local(_)
+        | ExprKind::StateLoad(_)
+        | ExprKind::StateSize(_)
+        | ExprKind::Metadata(_) => false,
+        ExprKind::StateGet { key, .. } => has_effect(key),
+        ExprKind::ValueGet { coll: a, key: b }
+        | ExprKind::Binary { lhs: a, rhs: b, .. }
+        | ExprKind::MakePair(a, b)
+        | ExprKind::Header { msg: a, name: b } => has_effect(a) || has_effect(b),
+        ExprKind::Unary { operand, .. }
+        | ExprKind::Convert { operand }
+        | ExprKind::Unwrap(operand)
+        | ExprKind::MakeSome(operand)
+        | ExprKind::Field { msg: operand, .. }
+        | ExprKind::MetaStatus(operand)
+        | ExprKind::MetaCode(operand)
+        | ExprKind::ByteSize { msg: operand, .. } => has_effect(operand),
     }
 }
