@@ -4,16 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{echo_element, jit_instance, local_store, rpc};
-use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
-use weft_ir::check::{CheckEnv, check};
-use weft_ir::diag::SourceFile;
-use weft_ir::interp::{Host, Instance, Verdict};
-use weft_ir::parser::parse;
-use weft_ir::sim::{Executor, Interp};
-use weft_jit::{Buffers, Fusion, compile};
+use common::{BothExecutors, element_from_source};
+use weft_hostcalls::{Message, Value};
+use weft_ir::interp::Verdict;
 
 const SOURCE: &str = "\
 state:
@@ -34,56 +27,20 @@ resp(rpc):
 
 #[test]
 fn a_read_modify_write_inside_a_discarded_value_still_runs() {
-    let (_, method) = echo_element("logging");
-    let src = SourceFile::new("d.weft", SOURCE.to_owned());
-    let (ast, diags) = parse(&src);
-    assert!(diags.is_empty(), "{diags:?}");
-    let env = CheckEnv {
-        name: "d".into(),
-        method: Some(&method),
-        params: None,
-    };
-    let (e, diags) = check(&ast, &env);
-    let rendered = weft_ir::diag::render_all(&src, &diags);
-    assert!(!rendered.contains("discarded"), "{rendered}");
-    let e = Arc::new(e.unwrap_or_else(|| panic!("{rendered}")));
-    let clock = VirtualClock::new(1.0);
-    let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
-    let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
-    let mut oracle = Instance::new("d", local_store(&e), Box::new(SeededRng::new(1)));
-    let mut inst = jit_instance(&e, "d");
+    let (e, warnings) = element_from_source("d", SOURCE);
+    assert!(!warnings.contains("discarded"), "{warnings}");
+    let mut both = BothExecutors::new(e, "d");
     for _ in 0..3 {
-        let want = Interp.request(
-            std::slice::from_ref(&e),
-            &mut [&mut oracle],
-            Message::request(vec![]),
-            &rpc(),
-            &mut host,
-        );
-        let got = compiled.request(
-            &mut Buffers::default(),
-            &mut [&mut inst],
-            Message::request(vec![]),
-            &rpc(),
-            &mut host,
-        );
-        assert!(
-            matches!(want.verdict, Verdict::Forward(_)),
-            "{:?}",
-            want.verdict
-        );
-        assert!(
-            matches!(got.verdict, Verdict::Forward(_)),
-            "{:?}",
-            got.verdict
-        );
+        for (executor, out) in both.request(|| Message::request(vec![])) {
+            assert!(
+                matches!(out.verdict, Verdict::Forward(_)),
+                "{executor}: {:?}",
+                out.verdict
+            );
+        }
     }
     let three = Value::Map([(Value::str("all"), Value::Int(3))].into_iter().collect());
-    for (executor, inst) in [("interpreter", &mut oracle), ("jit", &mut inst)] {
+    for (executor, inst) in [("interpreter", &mut both.oracle), ("jit", &mut both.jit)] {
         let hits = inst
             .store
             .snapshot()

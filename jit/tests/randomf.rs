@@ -4,16 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{echo_element, jit_instance, local_store, rpc};
-use weft_hostcalls::{Code, Message, SeededRng, VirtualClock};
-use weft_ir::check::{CheckEnv, check};
-use weft_ir::diag::SourceFile;
-use weft_ir::interp::{Host, Instance, Verdict};
-use weft_ir::parser::parse;
-use weft_ir::sim::{Executor, Interp};
-use weft_jit::{Buffers, Fusion, compile};
+use common::{BothExecutors, element_from_source};
+use weft_hostcalls::{Code, Message, SeededRng};
+use weft_ir::interp::Verdict;
 
 const SOURCE: &str = "\
 state:
@@ -36,48 +29,16 @@ resp(rpc):
 
 #[test]
 fn randomf_refuses_bounds_that_are_not_finite_in_both_executors() {
-    let (_, method) = echo_element("logging");
-    let src = SourceFile::new("r.weft", SOURCE.to_owned());
-    let (ast, diags) = parse(&src);
-    assert!(diags.is_empty(), "{diags:?}");
-    let env = CheckEnv {
-        name: "r".into(),
-        method: Some(&method),
-        params: None,
-    };
-    let (e, diags) = check(&ast, &env);
-    let e = Arc::new(e.unwrap_or_else(|| panic!("{}", weft_ir::diag::render_all(&src, &diags))));
-    let clock = VirtualClock::new(1.0);
-    let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
-    let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
-    let mut oracle = Instance::new("r", local_store(&e), Box::new(SeededRng::new(1)));
-    let mut inst = jit_instance(&e, "r");
+    let (e, _) = element_from_source("r", SOURCE);
+    let mut both = BothExecutors::new(e, "r");
     for hi in ["inf", "-inf", "NaN", "2.5"] {
         let request = || {
             let mut m = Message::request(vec![]);
             m.headers.insert("x-hi".into(), hi.into());
             m
         };
-        let want = Interp.request(
-            std::slice::from_ref(&e),
-            &mut [&mut oracle],
-            request(),
-            &rpc(),
-            &mut host,
-        );
-        let got = compiled.request(
-            &mut Buffers::default(),
-            &mut [&mut inst],
-            request(),
-            &rpc(),
-            &mut host,
-        );
         let mut drawn = Vec::new();
-        for (executor, out) in [("interpreter", want), ("jit", got)] {
+        for (executor, out) in both.request(request) {
             match (hi, out.verdict) {
                 ("2.5", Verdict::Forward(m)) => {
                     let x: f64 = m.headers["x-drawn"].parse().unwrap();
@@ -99,5 +60,5 @@ fn randomf_refuses_bounds_that_are_not_finite_in_both_executors() {
             assert_eq!(drawn[0], expected);
         }
     }
-    assert_eq!((oracle.errors, inst.errors), (3, 3));
+    assert_eq!((both.oracle.errors, both.jit.errors), (3, 3));
 }

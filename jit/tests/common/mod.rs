@@ -55,3 +55,77 @@ pub fn rpc() -> RpcInfo {
         routed: None,
     }
 }
+
+/// `source`, parsed and checked as element `name` against `echo.Echo/Say`; panics with the
+/// diagnostics when it does not check. Also returns the rendered warnings.
+pub fn element_from_source(name: &str, source: &str) -> (Arc<Element>, String) {
+    use weft_ir::check::{CheckEnv, check};
+    use weft_ir::diag::{SourceFile, render_all};
+    let (_, method) = echo_element("logging");
+    let src = SourceFile::new(format!("{name}.weft"), source.to_owned());
+    let (ast, diags) = weft_ir::parser::parse(&src);
+    assert!(diags.is_empty(), "{}", render_all(&src, &diags));
+    let env = CheckEnv {
+        name: name.into(),
+        method: Some(&method),
+        params: None,
+    };
+    let (e, diags) = check(&ast, &env);
+    let rendered = render_all(&src, &diags);
+    let e = e.unwrap_or_else(|| panic!("{rendered}"));
+    (Arc::new(e), rendered)
+}
+
+/// One element run by the interpreter and by the fused JIT side by side, each with its own
+/// instance (seed 1) and one virtual clock.
+pub struct BothExecutors {
+    element: Arc<Element>,
+    compiled: weft_jit::Compiled,
+    pub oracle: Instance,
+    pub jit: Instance,
+    clock: weft_hostcalls::VirtualClock,
+    records: Vec<weft_hostcalls::channel::ChannelRecord>,
+}
+
+impl BothExecutors {
+    pub fn new(element: Arc<Element>, name: &str) -> Self {
+        let compiled =
+            weft_jit::compile(std::slice::from_ref(&element), weft_jit::Fusion::Fused).unwrap();
+        BothExecutors {
+            oracle: Instance::new(name, local_store(&element), Box::new(SeededRng::new(1))),
+            jit: jit_instance(&element, name),
+            element,
+            compiled,
+            clock: weft_hostcalls::VirtualClock::new(1.0),
+            records: Vec::new(),
+        }
+    }
+
+    /// The request `make()` builds, through the interpreter and then the JIT.
+    pub fn request(
+        &mut self,
+        make: impl Fn() -> weft_hostcalls::Message,
+    ) -> [(&'static str, weft_ir::sim::SegmentRequest); 2] {
+        use weft_ir::sim::Executor;
+        let mut host = weft_ir::interp::Host {
+            clock: &self.clock,
+            channels: &mut self.records,
+        };
+        let elements = std::slice::from_ref(&self.element);
+        let want = weft_ir::sim::Interp.request(
+            elements,
+            &mut [&mut self.oracle],
+            make(),
+            &rpc(),
+            &mut host,
+        );
+        let got = self.compiled.request(
+            &mut weft_jit::Buffers::default(),
+            &mut [&mut self.jit],
+            make(),
+            &rpc(),
+            &mut host,
+        );
+        [("interpreter", want), ("jit", got)]
+    }
+}
