@@ -888,46 +888,13 @@ fn collect_builtins_block(b: &Block, out: &mut Vec<Builtin>) {
 }
 
 fn collect_builtins_expr(e: &Expr, out: &mut Vec<Builtin>) {
-    match &e.kind {
-        ExprKind::Call { builtin, args } => {
-            if !out.contains(builtin) {
-                out.push(*builtin);
-            }
-            for a in args {
-                collect_builtins_expr(a, out);
-            }
-        }
-        ExprKind::StateGet { key, .. } => collect_builtins_expr(key, out),
-        ExprKind::StateRmw { key, body, .. } => {
-            collect_builtins_expr(key, out);
-            collect_builtins_block(body, out);
-        }
-        ExprKind::ValueGet { coll, key } => {
-            collect_builtins_expr(coll, out);
-            collect_builtins_expr(key, out);
-        }
-        ExprKind::Unary { operand, .. }
-        | ExprKind::Convert { operand }
-        | ExprKind::Unwrap(operand)
-        | ExprKind::MakeSome(operand)
-        | ExprKind::Field { msg: operand, .. }
-        | ExprKind::MetaStatus(operand)
-        | ExprKind::MetaCode(operand)
-        | ExprKind::ByteSize { msg: operand, .. } => collect_builtins_expr(operand, out),
-        ExprKind::Binary { lhs, rhs, .. }
-        | ExprKind::MakePair(lhs, rhs)
-        | ExprKind::Header {
-            msg: lhs,
-            name: rhs,
-        } => {
-            collect_builtins_expr(lhs, out);
-            collect_builtins_expr(rhs, out);
-        }
-        ExprKind::Const(_)
-        | ExprKind::Param(_)
-        | ExprKind::Local(_)
-        | ExprKind::StateLoad(_)
-        | ExprKind::StateSize(_)
-        | ExprKind::Metadata(_) => {}
+    if let ExprKind::Call { builtin, .. } = &e.kind
+        && !out.contains(builtin)
+    {
+        out.push(*builtin);
+    }
+    e.for_each_operand(|x| collect_builtins_expr(x, out));
+    if let ExprKind::StateRmw { body, .. } = &e.kind {
+        collect_builtins_block(body, out);
     }
 }

@@ -284,6 +284,39 @@ pub struct Expr {
     pub span: Span,
 }
 
+impl Expr {
+    /// Calls `f` on each expression directly inside this one, in evaluation order. A
+    /// read-modify-write's lambda body is a block, not an operand: walkers that need it
+    /// match `StateRmw` themselves.
+    pub fn for_each_operand<'a>(&'a self, mut f: impl FnMut(&'a Expr)) {
+        match &self.kind {
+            ExprKind::Const(_)
+            | ExprKind::Param(_)
+            | ExprKind::Local(_)
+            | ExprKind::StateLoad(_)
+            | ExprKind::StateSize(_)
+            | ExprKind::Metadata(_) => {}
+            ExprKind::StateGet { key, .. } | ExprKind::StateRmw { key, .. } => f(key),
+            ExprKind::Call { args, .. } => args.iter().for_each(f),
+            ExprKind::ValueGet { coll: a, key: b }
+            | ExprKind::Binary { lhs: a, rhs: b, .. }
+            | ExprKind::MakePair(a, b)
+            | ExprKind::Header { msg: a, name: b } => {
+                f(a);
+                f(b);
+            }
+            ExprKind::Unary { operand, .. }
+            | ExprKind::Convert { operand }
+            | ExprKind::Unwrap(operand)
+            | ExprKind::MakeSome(operand)
+            | ExprKind::Field { msg: operand, .. }
+            | ExprKind::MetaStatus(operand)
+            | ExprKind::MetaCode(operand)
+            | ExprKind::ByteSize { msg: operand, .. } => f(operand),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum ExprKind {
     Const(Value),

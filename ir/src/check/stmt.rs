@@ -538,27 +538,11 @@ impl Checker<'_> {
 fn has_effect(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::StateRmw { .. } => true,
-        ExprKind::Call { builtin, args } => {
-            builtin.uses_randomness() || args.iter().any(has_effect)
+        ExprKind::Call { builtin, .. } if builtin.uses_randomness() => true,
+        _ => {
+            let mut found = false;
+            e.for_each_operand(|x| found |= has_effect(x));
+            found
         }
-        ExprKind::Const(_)
-        | ExprKind::Param(_)
-        | ExprKind::Local(_)
-        | ExprKind::StateLoad(_)
-        | ExprKind::StateSize(_)
-        | ExprKind::Metadata(_) => false,
-        ExprKind::StateGet { key, .. } => has_effect(key),
-        ExprKind::ValueGet { coll: a, key: b }
-        | ExprKind::Binary { lhs: a, rhs: b, .. }
-        | ExprKind::MakePair(a, b)
-        | ExprKind::Header { msg: a, name: b } => has_effect(a) || has_effect(b),
-        ExprKind::Unary { operand, .. }
-        | ExprKind::Convert { operand }
-        | ExprKind::Unwrap(operand)
-        | ExprKind::MakeSome(operand)
-        | ExprKind::Field { msg: operand, .. }
-        | ExprKind::MetaStatus(operand)
-        | ExprKind::MetaCode(operand)
-        | ExprKind::ByteSize { msg: operand, .. } => has_effect(operand),
     }
 }
