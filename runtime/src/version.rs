@@ -16,7 +16,7 @@ use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::SeededRng;
 use weft_hostcalls::state::SharedState;
-use weft_ir::abstraction::{Input, Target, abstract_element};
+use weft_ir::abstraction::{ElementAbs, Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
@@ -834,6 +834,18 @@ fn build_segment(
     })
 }
 
+/// The planner's abstraction of each element among `positions` that applies to `method`.
+fn abstractions<'a>(
+    loaded: &'a LoadedEdge,
+    positions: &'a [usize],
+    method: &'a str,
+) -> impl Iterator<Item = ElementAbs> + 'a {
+    positions.iter().filter_map(move |&k| {
+        let el = &loaded.elements[k];
+        el.ir.get(method).map(|ir| abstract_element(ir, &el.use_))
+    })
+}
+
 /// Whether no response handler of the segment can do anything observable for one method:
 /// each only passes the response on (and emits records nobody receives when
 /// `channels_unobserved`). Reading time, the route or per-RPC scratch is no effect, and the
@@ -844,12 +856,8 @@ fn response_inert(
     method: &str,
     channels_unobserved: bool,
 ) -> bool {
-    positions.iter().all(|&k| {
-        let el = &loaded.elements[k];
-        let Some(ir) = el.ir.get(method) else {
-            return true;
-        };
-        let resp = abstract_element(ir, &el.use_).resp;
+    abstractions(loaded, positions, method).all(|abs| {
+        let resp = abs.resp;
         resp.writes.is_empty()
             && !resp.stops.any()
             && !resp.reorders
@@ -875,12 +883,7 @@ pub(crate) fn message_observed(
         }
     }
     let mut seen = [false; 2];
-    for &k in positions {
-        let el = &loaded.elements[k];
-        let Some(ir) = el.ir.get(method) else {
-            continue;
-        };
-        let abs = abstract_element(ir, &el.use_);
+    for abs in abstractions(loaded, positions, method) {
         for (seen, h) in seen.iter_mut().zip([&abs.req, &abs.resp]) {
             *seen |= h.reads.iter().any(body)
                 || h.writes.iter().any(|(target, deps)| {
@@ -937,12 +940,7 @@ pub(crate) fn message_checks(
 fn fields_accessed(loaded: &LoadedEdge, positions: &[usize], method: &str) -> [bool; 2] {
     let field = |key: &str| key.starts_with("f:");
     let mut accessed = [false; 2];
-    for &k in positions {
-        let el = &loaded.elements[k];
-        let Some(ir) = el.ir.get(method) else {
-            continue;
-        };
-        let abs = abstract_element(ir, &el.use_);
+    for abs in abstractions(loaded, positions, method) {
         for (accessed, h) in accessed.iter_mut().zip([&abs.req, &abs.resp]) {
             *accessed |= h
                 .reads
@@ -983,12 +981,7 @@ pub(crate) fn header_keys(
         Some(())
     }
     let mut keys = Vec::new();
-    for &k in positions {
-        let el = &loaded.elements[k];
-        let Some(ir) = el.ir.get(method) else {
-            continue;
-        };
-        let abs = abstract_element(ir, &el.use_);
+    for abs in abstractions(loaded, positions, method) {
         for h in [&abs.req, &abs.resp] {
             for input in &h.reads {
                 add_input(&mut keys, input)?;
