@@ -64,12 +64,19 @@ static int32_t go_weft_response(uintptr_t rt, int32_t side, uintptr_t c, uintptr
 	                      weft_response((WeftRuntime *)rt, side, (WeftCall *)c), (char *)err, errcap);
 }
 
+static int32_t go_weft_server_exchange(uintptr_t rt, uintptr_t c, uintptr_t stamp, size_t stamp_len,
+                                       uint64_t age_ns, uintptr_t err, size_t errcap) {
+	return go_weft_finish((WeftRuntime *)rt, (WeftCall *)c,
+	                      weft_server_exchange((WeftRuntime *)rt, (WeftCall *)c, (const uint8_t *)stamp, stamp_len, age_ns),
+	                      (char *)err, errcap);
+}
+
 // The keys come back in a malloc'd buffer (the caller frees it), grown here when too small.
 static int32_t go_weft_metadata_keys(WeftRuntime *rt, int32_t side, const uint8_t *method, size_t method_len,
-                                     WeftBuf *out, uint64_t *version, uint32_t *messages) {
-	int32_t rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages);
+                                     WeftBuf *out, uint64_t *version, uint32_t *messages, uint8_t *stamp) {
+	int32_t rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages, stamp);
 	if (rc == WEFT_E_BUFFER && go_weft_grow(out))
-		rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages);
+		rc = weft_metadata_keys(rt, side, method, method_len, out, version, messages, stamp);
 	return rc;
 }
 
@@ -99,6 +106,7 @@ import "C"
 
 import (
 	"runtime"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
@@ -326,6 +334,32 @@ func (s *callState) response(h *C.WeftRuntime, side C.int32_t, method cstr, rpc 
 	return C.go_weft_response(cAddr(unsafe.Pointer(h)), side, cAddr(unsafe.Pointer(s.c)), cAddr(unsafe.Pointer(s.err)), errCap)
 }
 
+// exchange runs a deferred request path, at the time age ago, and the response path of the
+// same RPC (weft_server_exchange). The stamp's bytes follow the status message in the status
+// buffer, which the pooled call state keeps: no allocation per call.
+func (s *callState) exchange(h *C.WeftRuntime, method cstr, stamp string, age time.Duration, code int32, msg string) C.int32_t {
+	s.prepare(method)
+	s.c.rpc = 0
+	s.c.status_code = C.int32_t(code)
+	s.st.len = 0
+	if code != 0 {
+		s.c.message_len = 0
+		s.st.appendString(msg)
+	}
+	s.c.status_message = (*C.uint8_t)(s.st.p)
+	s.c.status_message_len = C.size_t(s.st.len)
+	at := s.st.len
+	s.st.appendString(stamp)
+	// The status message was set from s.st.p before the append; should the buffer have
+	// moved, point at where it is now.
+	s.c.status_message = (*C.uint8_t)(s.st.p)
+	if age < 0 {
+		age = 0
+	}
+	return C.go_weft_server_exchange(cAddr(unsafe.Pointer(h)), cAddr(unsafe.Pointer(s.c)),
+		cAddr(unsafe.Add(s.st.p, at)), C.size_t(len(stamp)), C.uint64_t(age), cAddr(unsafe.Pointer(s.err)), errCap)
+}
+
 // metadataKeys asks the library which request metadata keys the chain observes for a method
 // in the current version; ok is false on any failure (the caller then passes everything).
 func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool) {
@@ -334,13 +368,17 @@ func metadataKeys(h *C.WeftRuntime, side C.int32_t, method cstr) (*keySet, bool)
 	var messages C.uint32_t
 	initOut(&out, 256)
 	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
-	if C.go_weft_metadata_keys(h, side, (*C.uint8_t)(method.p), C.size_t(method.n), &out, &version, &messages) != rcOK {
+	stamp := (*C.uint8_t)(C.malloc(C.WEFT_STAMP_LEN))
+	defer C.free(unsafe.Pointer(stamp))
+	if C.go_weft_metadata_keys(h, side, (*C.uint8_t)(method.p), C.size_t(method.n), &out, &version, &messages, stamp) != rcOK {
 		return nil, false
 	}
 	ks := &keySet{
 		version:         uint64(version),
 		requestMessage:  messages&C.WEFT_OBSERVES_REQUEST_MESSAGE != 0,
 		responseMessage: messages&C.WEFT_OBSERVES_RESPONSE_MESSAGE != 0,
+		deferRequest:    messages&C.WEFT_DEFERRABLE_REQUEST != 0,
+		stamp:           C.GoStringN((*C.char)(unsafe.Pointer(stamp)), C.WEFT_STAMP_LEN),
 	}
 	for b := outBytes(&out); len(b) > 0; {
 		key, rest, ok := lenPrefixed(b)

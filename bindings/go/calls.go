@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,6 +46,18 @@ func (r *Runtime) runResponse(s *callState, side C.int32_t, m cstr, rpc uint64, 
 		return rcClosed
 	}
 	return s.response(r.h, side, m, rpc, code, msg)
+}
+
+// runExchange runs a deferred request path and the response path in one library call
+// (deferredServer); age is how long ago the request arrived. rcMetadata: the version the RPC
+// runs in cannot defer its request path, and nothing has run.
+func (r *Runtime) runExchange(s *callState, m cstr, stamp string, age time.Duration, code int32, msg string) C.int32_t {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return rcClosed
+	}
+	return s.exchange(r.h, m, stamp, age, code, msg)
 }
 
 // endRPC runs the response path of a request that passed the chain but will get no response

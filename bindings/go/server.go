@@ -1,9 +1,15 @@
 package weft
 
+/*
+#include "weft.h"
+*/
+import "C"
+
 import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,8 +43,25 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	defer putCall(s)
 	in, codec := requestBytes.take(reqMsg)
 	mi := r.methodInfo(info.FullMethod)
-	m := mi.c
 	ks := r.serverKeys(mi, false)
+	if ks != nil && ks.deferRequest && in.err == nil {
+		// Only for a request stamped with the version the keys came from: a stamp that
+		// differs names another version (or the keys are stale), whose request path may not
+		// wait; the undeferred path finds out which runs.
+		if stamp := metadata.ValueFromIncomingContext(ctx, versionHeader); len(stamp) == 1 && stamp[0] == ks.stamp {
+			return r.deferredServer(ctx, req, reqMsg, info, handler, s, &in, codec, mi, ks, stamp[0])
+		}
+	}
+	return r.chainedServer(ctx, req, reqMsg, info, handler, s, &in, codec, mi, ks)
+}
+
+// chainedServer serves a unary RPC with the chain's request path before the handler and
+// its response path after it: two library calls.
+func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Message, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
+	s *callState, inp *stashed, codec bool, mi *methodInfo, ks *keySet) (any, error) {
+	in := *inp
+	*inp = stashed{}
+	m := mi.c
 	// With only the observed keys passed, a request the chain cannot observe (metrics)
 	// is not passed either: neither copied into C memory nor encoded again.
 	partial := ks != nil && ks.version != 0
@@ -126,11 +149,76 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	if rpc == 0 {
 		return resp, err
 	}
+	respond := func(code int32, msg string) C.int32_t {
+		return r.runResponse(s, sideServer, m, rpc, code, msg)
+	}
+	end := func(err error) { r.endRPC(sideServer, m, rpc, err, nil) }
+	return r.serverResponse(ctx, s, info, ks, rec, codec, resp, err, respond, end)
+}
+
+// errCannotDefer: the version the RPC runs in cannot wait with its request path after all
+// (a reload since the method's keys were fetched); nothing has run.
+var errCannotDefer = errors.New("weft: the request path cannot wait for the response")
+
+// deferredServer serves a unary RPC whose server-side request path can wait for the
+// response (the library's WEFT_DEFERRABLE_REQUEST: it reads nothing but the clock and keeps
+// only per-RPC scratch, as `metrics` does). The handler runs first; then one library call
+// runs the request path at the time the request arrived, and the response path. So such a
+// chain costs one library call per RPC, not two (docs/go.md, "Deferred request paths").
+func (r *Runtime) deferredServer(ctx context.Context, req any, reqMsg proto.Message, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
+	s *callState, in *stashed, codec bool, mi *methodInfo, ks *keySet, stamp string) (any, error) {
+	arrived := time.Now()
+	// Kept until the end: should the request path have to run after all, it reads them.
+	defer in.free()
+	handlerCtx := ctx
+	var rec *headerRecorder
+	if ks.version == 0 || !ks.stampOnly {
+		if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
+			rec = &headerRecorder{ServerTransportStream: sts}
+			defer func() { rec.flush() }()
+			handlerCtx = grpc.NewContextWithServerTransportStream(ctx, rec)
+		}
+	}
+	resp, err := handler(handlerCtx, req)
+	// The response path sees the keys of the version they came from, like a request's.
+	s.keysVersion = ks.version
+	respond := func(code int32, msg string) C.int32_t {
+		return r.runExchange(s, mi.c, stamp, time.Since(arrived), code, msg)
+	}
+	end := func(err error) {
+		st := statusOf(err)
+		s.md.len = 0
+		s.msg.len = 0
+		_ = respond(int32(st.Code()), st.Message())
+	}
+	out, oerr := r.serverResponse(handlerCtx, s, info, ks, rec, codec, resp, err, respond, end)
+	if oerr != errCannotDefer {
+		return out, oerr
+	}
+	// Rare: the request path runs late, with the request, and the handler's outcome is
+	// replayed to the undeferred path as if the handler ran then.
+	replay := func(ctx context.Context, _ any) (any, error) {
+		rec.handOver(ctx)
+		return resp, err
+	}
+	return r.chainedServer(ctx, req, reqMsg, info, replay, s, in, codec, mi, r.serverKeys(mi, true))
+}
+
+// serverResponse runs the chain's response path on the handler's outcome (resp, err) and
+// returns what the client gets. respond makes the library call with the response in s; end
+// tells the chain of an RPC that fails after the handler without the chain's say.
+// errCannotDefer (from respond's rcMetadata) means nothing has run.
+func (r *Runtime) serverResponse(ctx context.Context, s *callState, info *grpc.UnaryServerInfo, ks *keySet, rec *headerRecorder, codec bool,
+	resp any, err error, respond func(code int32, msg string) C.int32_t, end func(error)) (any, error) {
 	if err != nil {
 		st := statusOf(err)
 		rec.encode(s)
 		s.msg.len = 0
-		if r.runResponse(s, sideServer, m, rpc, int32(st.Code()), st.Message()) != rcOK {
+		switch respond(int32(st.Code()), st.Message()) {
+		case rcOK:
+		case rcMetadata:
+			return nil, errCannotDefer
+		default:
 			return nil, err
 		}
 		if s.metadataChanged() {
@@ -147,7 +235,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	respMsg, ok := resp.(proto.Message)
 	if !ok {
 		err := status.Errorf(codes.Internal, "weft: %s: response %T is not a protobuf message", info.FullMethod, resp)
-		r.endRPC(sideServer, m, rpc, err, nil)
+		end(err)
 		return nil, err
 	}
 	// The response's bytes go to the chain only if it can observe them; otherwise grpc-go
@@ -162,16 +250,18 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		}
 		if out, err = encodeInto(s, respMsg); err != nil {
 			err = status.Errorf(codes.Internal, "weft: %s: encoding the response: %v", info.FullMethod, err)
-			r.endRPC(sideServer, m, rpc, err, nil)
+			end(err)
 			return nil, err
 		}
 	} else {
 		s.msg.len = 0
 	}
 	rec.encode(s)
-	rc = r.runResponse(s, sideServer, m, rpc, 0, "")
-	if rc != rcOK {
+	if rc := respond(0, ""); rc != rcOK {
 		out.Free()
+		if rc == rcMetadata {
+			return nil, errCannotDefer
+		}
 		return nil, failure(rc, s, "server response "+info.FullMethod)
 	}
 	if s.metadataChanged() {
@@ -687,6 +777,21 @@ func (h *headerRecorder) replace(ctx context.Context, md metadata.MD) {
 		return
 	}
 	h.chain = md
+}
+
+// handOver passes what the handler set to the stream of ctx (another recorder's, when the
+// undeferred path runs after all), leaving this recorder nothing to flush.
+func (h *headerRecorder) handOver(ctx context.Context) {
+	if h == nil {
+		return
+	}
+	if len(h.header) > 0 && !h.sent {
+		_ = grpc.SetHeader(ctx, h.header)
+	}
+	if len(h.trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, h.trailer)
+	}
+	h.header, h.trailer, h.chain = nil, nil, nil
 }
 
 // flush hands grpc-go the response metadata: the chain's when it changed it (a key the

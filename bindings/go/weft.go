@@ -111,6 +111,11 @@ type keySet struct {
 	// that message. When one cannot, a call that passes only these keys passes no message
 	// for that direction.
 	requestMessage, responseMessage bool
+	// deferRequest: on the server side, the request path only reads the clock and keeps
+	// per-RPC scratch, so it may run in the response's library call (deferredServer) for a
+	// request stamped with stamp, the version's weft-version.
+	deferRequest bool
+	stamp        string
 }
 
 // ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than

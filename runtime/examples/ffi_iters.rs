@@ -2,8 +2,11 @@
 //! them, for instruction counts (`valgrind --tool=callgrind`) and profiles of the runtime's
 //! own path around the compiled chain (docs/benchmarks.md, "Go").
 //!
-//! `ffi_iters client|server|both N [cold|evict-only]`: the client side runs logging,
-//! ratelimit, firewall and fault; the server side runs metrics, as in `BenchmarkEcho`.
+//! `ffi_iters client|server|exchange|both N [cold|evict-only]`: the client side runs
+//! logging, ratelimit, firewall and fault; the server side runs metrics, as in
+//! `BenchmarkEcho`. `server` makes the request and the response call; `exchange` defers the
+//! request path to the response's call (`weft_server_exchange`), as the Go server does for
+//! a request stamped with its version.
 //! `both` runs a client and a server runtime in one process and one thread, each RPC's
 //! client call then its server calls, as the echo benchmark's process does (and any service
 //! that calls others while it serves): its count against the sum of `client` and `server`
@@ -16,9 +19,9 @@
 use std::ffi::CString;
 
 use weft_runtime::ffi::{
-    WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK, WEFT_SIDE_CLIENT,
-    WEFT_SIDE_SERVER, WeftBuf, WeftCall, weft_close, weft_metadata_keys, weft_open_yaml,
-    weft_request, weft_response,
+    WEFT_DEFERRABLE_REQUEST, WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE,
+    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_STAMP_LEN, WeftBuf, WeftCall, weft_close,
+    weft_metadata_keys, weft_open_yaml, weft_request, weft_response, weft_server_exchange,
 };
 
 const EDGE: &str = "protos: [echo.proto]
@@ -52,6 +55,8 @@ struct Side {
     request: &'static [u8],
     reply: &'static [u8],
     call: WeftCall,
+    /// The version's stamp, when the request path is deferred to the response's call.
+    deferred: Option<[u8; WEFT_STAMP_LEN]>,
     // The buffers `call` points into.
     _bufs: (Vec<u8>, Vec<u8>, Vec<u8>),
 }
@@ -61,7 +66,7 @@ const FULL_REQUEST: &[u8] = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench"
 const FULL_REPLY: &[u8] = b"\n\x0bhello, echo\x12\x06echo-0";
 
 impl Side {
-    fn open(server: bool) -> Side {
+    fn open((server, defer): (bool, bool)) -> Side {
         let yaml = CString::new(EDGE).unwrap();
         let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
         let base = CString::new(base).unwrap();
@@ -82,6 +87,7 @@ impl Side {
         // As the Go server does: pass only the observed keys, and no message the chain
         // cannot observe.
         let (mut keys_version, mut messages) = (0u64, 0u32);
+        let mut stamp = [0u8; WEFT_STAMP_LEN];
         if server {
             let mut keys = vec![0u8; 256];
             let mut out = WeftBuf::over(&mut keys);
@@ -95,10 +101,19 @@ impl Side {
                     &mut out,
                     &mut keys_version,
                     &mut messages,
+                    stamp.as_mut_ptr(),
                 )
             };
             assert_eq!(rc, WEFT_OK);
         }
+        let deferred = defer.then(|| {
+            assert_ne!(
+                messages & WEFT_DEFERRABLE_REQUEST,
+                0,
+                "metrics' request path waits"
+            );
+            stamp
+        });
         let observed = |bit: u32| !server || keys_version == 0 || messages & bit != 0;
         let request: &'static [u8] = if observed(WEFT_OBSERVES_REQUEST_MESSAGE) {
             FULL_REQUEST
@@ -127,6 +142,7 @@ impl Side {
             request,
             reply,
             call,
+            deferred,
             _bufs: (m, meta, route),
         }
     }
@@ -135,6 +151,17 @@ impl Side {
     /// True when the response call was made.
     fn rpc(&mut self) -> bool {
         let call = &mut self.call;
+        if let Some(stamp) = &self.deferred {
+            call.metadata_len = 0;
+            call.message = self.reply.as_ptr();
+            call.message_len = self.reply.len();
+            // SAFETY: a live runtime, a call whose pointers are valid for their lengths, and
+            // a stamp of WEFT_STAMP_LEN bytes.
+            let rc =
+                unsafe { weft_server_exchange(self.rt, call, stamp.as_ptr(), stamp.len(), 1000) };
+            assert_eq!(rc, WEFT_OK);
+            return true;
+        }
         call.metadata = self.md.as_ptr();
         call.metadata_len = self.md.len();
         call.message = self.request.as_ptr();
@@ -162,11 +189,13 @@ impl Drop for Side {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let sides: Vec<bool> = match args.next().as_deref() {
-        Some("server") => vec![true],
-        Some("client") => vec![false],
-        Some("both") => vec![false, true],
-        _ => panic!("usage: ffi_iters client|server|both N [cold|evict-only]"),
+    // (server, deferred) of each runtime.
+    let sides: Vec<(bool, bool)> = match args.next().as_deref() {
+        Some("server") => vec![(true, false)],
+        Some("exchange") => vec![(true, true)],
+        Some("client") => vec![(false, false)],
+        Some("both") => vec![(false, false), (true, false)],
+        _ => panic!("usage: ffi_iters client|server|exchange|both N [cold|evict-only]"),
     };
     let n: u64 = args.next().map_or(1_000_000, |s| s.parse().unwrap());
     // `cold`: before each RPC, write one byte per cache line of a buffer larger than a

@@ -38,7 +38,8 @@
 #define WEFT_E_PANIC 5
 
 // `metadata_keys_version` names another version than the one this request runs in: call
-// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
+// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run. From
+// `weft_server_exchange`: the version cannot wait for the response; run the request path.
 #define WEFT_E_METADATA 6
 
 // `weft_metadata_keys`' `messages` bit: the request handlers can observe the request message.
@@ -47,6 +48,14 @@
 // `weft_metadata_keys`' `messages` bit: the response handlers can observe the response
 // message.
 #define WEFT_OBSERVES_RESPONSE_MESSAGE 2
+
+// `weft_metadata_keys`' `messages` bit, server side only: the request path can wait for
+// the response. For a request stamped with this version's stamp, skip `weft_request` and
+// hand the stamp and the request's age to `weft_server_exchange` with the response.
+#define WEFT_DEFERRABLE_REQUEST 4
+
+// The length of a `weft-version` stamp, as `weft_metadata_keys` writes it.
+#define WEFT_STAMP_LEN 16
 
 // An engine plus the handles of RPCs between request and response. Opaque to C.
 typedef struct WeftRuntime WeftRuntime;
@@ -157,6 +166,22 @@ int32_t weft_request(struct WeftRuntime *rt, int32_t side, struct WeftCall *call
 // As [`weft_request`]; `status_message` is readable for `status_message_len` bytes.
 int32_t weft_response(struct WeftRuntime *rt, int32_t side, struct WeftCall *call);
 
+// A server RPC whose request path waited for its response (`WEFT_DEFERRABLE_REQUEST`):
+// runs the request path as it would have run `request_age_ns` nanoseconds ago, when the
+// request arrived, then the response path, and answers as `weft_response` does. `call`
+// holds the response as for `weft_response` (`rpc` is ignored); `stamp` is the request's
+// `weft-version` value, if it had one (`stamp_len` 0 if not). When the version the RPC
+// runs in cannot wait (a reload since `weft_metadata_keys`), returns `WEFT_E_METADATA`
+// and nothing has run: call `weft_request` with the request, then `weft_response`.
+//
+// # Safety
+// As [`weft_response`]; `stamp` is readable for `stamp_len` bytes.
+int32_t weft_server_exchange(struct WeftRuntime *rt,
+                             struct WeftCall *call,
+                             const uint8_t *stamp,
+                             size_t stamp_len,
+                             uint64_t request_age_ns);
+
 // After `WEFT_E_BUFFER`: copies the outputs the call kept into the (now bigger) buffers.
 //
 // # Safety
@@ -182,18 +207,22 @@ void weft_rpc_abandon(struct WeftRuntime *rt, uint64_t rpc);
 // the response handlers can observe the response; both when `*version` is 0. A caller that
 // sets `metadata_keys_version` may pass `message_len` 0 for a direction whose bit is clear:
 // the chain reads nothing of it, and a forward verdict then has `message_changed` 0.
+// `*messages` also gets `WEFT_DEFERRABLE_REQUEST` when the request path can wait for the
+// response (`weft_server_exchange`), and `stamp` (when not NULL) the version's
+// `weft-version` stamp, `WEFT_STAMP_LEN` bytes, which a request must carry to be deferred.
 //
 // # Safety
 // `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
 // `version` are NULL or valid, `out`'s buffer writable for its `cap`; `messages` is NULL or
-// valid.
+// valid; `stamp` is NULL or writable for `WEFT_STAMP_LEN` bytes.
 int32_t weft_metadata_keys(const struct WeftRuntime *rt,
                            int32_t side,
                            const uint8_t *method,
                            size_t method_len,
                            struct WeftBuf *out,
                            uint64_t *version,
-                           uint32_t *messages);
+                           uint32_t *messages,
+                           uint8_t *stamp);
 
 // The active config version's local install number (1, 2, …); 0 for NULL.
 //

@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use weft_hostcalls::clock::Clock;
 use weft_hostcalls::{Code, Message, MsgKind};
 use weft_ir::config::Side;
 use weft_ir::interp::{Host, Instance, RpcInfo};
@@ -321,6 +323,31 @@ impl Prepared {
     pub fn version(&self) -> u64 {
         self.version.number
     }
+
+    /// The `weft-version` stamp of that version: its content digest.
+    pub fn stamp(&self) -> &str {
+        &self.version.digest
+    }
+
+    /// Whether the request path may wait for the response: on the server side, when no
+    /// request handler does more than read the clock and keep per-RPC scratch, the caller
+    /// may skip [`Engine::run_request`] and hand both halves to [`Engine::exchange`] once the
+    /// response is there (docs/engine.md, "Deferred request paths").
+    pub fn request_deferrable(&self) -> bool {
+        self.version.segments[self.route.segment].methods[self.route.method].request_deferrable
+    }
+}
+
+/// A clock read `by` seconds in the past: the time a deferred request path would have seen.
+struct Earlier<'a> {
+    clock: &'a dyn Clock,
+    by: f64,
+}
+
+impl Clock for Earlier<'_> {
+    fn now(&self) -> f64 {
+        self.clock.now() - self.by
+    }
 }
 
 impl Drop for Rpc {
@@ -593,7 +620,7 @@ impl Engine {
         metadata: Metadata,
         message: Vec<u8>,
     ) -> Result<RequestOutcome, EngineError> {
-        self.run_request_with(prepared, |m| {
+        self.run_request_with(prepared, 0.0, |m| {
             m.bytes = message;
             m.headers = metadata;
         })
@@ -607,15 +634,18 @@ impl Engine {
         metadata: Metadata,
         message: &[u8],
     ) -> Result<RequestOutcome, EngineError> {
-        self.run_request_with(prepared, |m| {
+        self.run_request_with(prepared, 0.0, |m| {
             m.bytes.extend_from_slice(message);
             set_headers(m, metadata);
         })
     }
 
+    /// The request path, its clock reading `age` seconds in the past (0 but for a deferred
+    /// request path, [`Engine::exchange`]).
     fn run_request_with(
         &self,
         prepared: Prepared,
+        age: f64,
         fill: impl FnOnce(&mut Message),
     ) -> Result<RequestOutcome, EngineError> {
         let Prepared {
@@ -658,8 +688,13 @@ impl Engine {
             observer: self.inner.options.channels.as_ref(),
             method: Some(&of_method.schema),
         };
+        let now: &dyn Clock = &*self.inner.options.clock;
+        let earlier = Earlier {
+            clock: now,
+            by: age,
+        };
         let mut host = Host {
-            clock: &*self.inner.options.clock,
+            clock: if age == 0.0 { now } else { &earlier },
             channels: &mut channels,
         };
         let mut instances_guard = seg.lock();
@@ -839,6 +874,93 @@ impl Engine {
             verdict,
             version: version.number,
         })
+    }
+}
+
+impl Engine {
+    /// A server RPC whose request path waited for its response
+    /// ([`Prepared::request_deferrable`]): runs the request path as it would have run when
+    /// the request arrived, `request_age` ago (its clock reads that time; it is given no
+    /// message and no metadata, which it cannot observe), then the response path, both in the
+    /// version `prepared` chose. The outcome is the response's.
+    ///
+    /// A version whose request path cannot wait (a reload since the caller asked) is an
+    /// [`EngineError::NotDeferrable`], and nothing has run: the caller runs both paths.
+    pub fn exchange(
+        &self,
+        prepared: Prepared,
+        request_age: Duration,
+        response: ServerResponse,
+    ) -> Result<ResponseOutcome, EngineError> {
+        match response {
+            ServerResponse::Ok { message, metadata } => {
+                self.exchange_with(prepared, request_age, |m| {
+                    m.kind = MsgKind::Response;
+                    m.bytes = message;
+                    m.headers = metadata;
+                })
+            }
+            ServerResponse::Error {
+                code,
+                message,
+                metadata,
+            } => self.exchange_with(prepared, request_age, |m| {
+                *m = Message::error(code, message);
+                m.headers = metadata;
+            }),
+        }
+    }
+
+    /// [`Engine::exchange`] of a successful response whose bytes are borrowed.
+    pub fn exchange_from(
+        &self,
+        prepared: Prepared,
+        request_age: Duration,
+        metadata: Metadata,
+        message: &[u8],
+    ) -> Result<ResponseOutcome, EngineError> {
+        self.exchange_with(prepared, request_age, |m| {
+            m.kind = MsgKind::Response;
+            m.bytes.extend_from_slice(message);
+            set_headers(m, metadata);
+        })
+    }
+
+    fn exchange_with(
+        &self,
+        prepared: Prepared,
+        request_age: Duration,
+        fill: impl FnOnce(&mut Message),
+    ) -> Result<ResponseOutcome, EngineError> {
+        if !prepared.request_deferrable() {
+            let seg = &prepared.version.segments[prepared.route.segment];
+            return Err(EngineError::NotDeferrable {
+                method: seg.methods[prepared.route.method].schema.full_name.clone(),
+                version: prepared.version(),
+            });
+        }
+        let version = prepared.version();
+        let out = self.run_request_with(prepared, request_age.as_secs_f64(), |_| {})?;
+        match (out.rpc, out.verdict) {
+            (Some(rpc), forwarded) => {
+                recycle(forwarded);
+                self.process_response_with(rpc, fill)
+            }
+            (None, Verdict::Forward(_) | Verdict::Route { .. }) => {
+                // No response handler can have an effect: the response passes as it came.
+                let (input, _) = fresh_message(None, fill);
+                Ok(ResponseOutcome {
+                    verdict: forward_verdict(&input, Arc::clone(&input), false),
+                    version,
+                })
+            }
+            // A deferrable request path neither stops nor fails; should one, its answer is
+            // the RPC's, as it would have been on time.
+            (None, stopped) => Ok(ResponseOutcome {
+                verdict: stopped,
+                version,
+            }),
+        }
     }
 }
 

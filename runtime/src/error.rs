@@ -53,6 +53,10 @@ pub enum EngineError {
         side: &'static str,
         method: String,
     },
+    #[error(
+        "server-side method `{method}` runs request elements in version {version} that need the request itself; run its request path, then its response path"
+    )]
+    NotDeferrable { method: String, version: u64 },
     #[error("invalid argument: {0}")]
     Argument(String),
 }

@@ -16,6 +16,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use weft_hostcalls::Code;
 use weft_hostcalls::text::utf8;
@@ -51,7 +52,8 @@ pub const WEFT_E_BUFFER: i32 = 4;
 /// A bug, caught at the boundary: fail the RPC with INTERNAL.
 pub const WEFT_E_PANIC: i32 = 5;
 /// `metadata_keys_version` names another version than the one this request runs in: call
-/// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run.
+/// again with the complete metadata (and `metadata_keys_version` 0). Nothing has run. From
+/// `weft_server_exchange`: the version cannot wait for the response; run the request path.
 pub const WEFT_E_METADATA: i32 = 6;
 
 /// `weft_metadata_keys`' `messages` bit: the request handlers can observe the request message.
@@ -59,6 +61,12 @@ pub const WEFT_OBSERVES_REQUEST_MESSAGE: u32 = 1;
 /// `weft_metadata_keys`' `messages` bit: the response handlers can observe the response
 /// message.
 pub const WEFT_OBSERVES_RESPONSE_MESSAGE: u32 = 2;
+/// `weft_metadata_keys`' `messages` bit, server side only: the request path can wait for
+/// the response. For a request stamped with this version's stamp, skip `weft_request` and
+/// hand the stamp and the request's age to `weft_server_exchange` with the response.
+pub const WEFT_DEFERRABLE_REQUEST: u32 = 4;
+/// The length of a `weft-version` stamp, as `weft_metadata_keys` writes it.
+pub const WEFT_STAMP_LEN: usize = 16;
 
 /// A caller-owned output buffer: `ptr` holds `cap` bytes; Weft sets `len`. An output buffer
 /// must not overlap any input of the same call (method, metadata, message, status message):
@@ -245,6 +253,7 @@ impl From<EngineError> for FfiError {
         let code = match &e {
             EngineError::NoEdge { .. } => WEFT_E_NO_EDGE,
             EngineError::Argument(_) => WEFT_E_ARGUMENT,
+            EngineError::NotDeferrable { .. } => WEFT_E_METADATA,
             _ => WEFT_E_CONFIG,
         };
         FfiError {
@@ -616,14 +625,7 @@ pub unsafe extern "C" fn weft_response(
                 .engine
                 .process_response_from(rpc, metadata.visible, input.message)?,
             n => {
-                let response = ServerResponse::Error {
-                    code: u32::try_from(n)
-                        .ok()
-                        .and_then(Code::from_number)
-                        .unwrap_or(Code::Unknown),
-                    message: String::from_utf8_lossy(status_message).into_owned(),
-                    metadata: metadata.visible,
-                };
+                let response = error_response(n, status_message, metadata.visible);
                 rt.engine.process_response(rpc, response)?
             }
         };
@@ -631,6 +633,79 @@ pub unsafe extern "C" fn weft_response(
         engine::recycle(out.verdict);
         rc
     })
+}
+
+/// A server RPC whose request path waited for its response (`WEFT_DEFERRABLE_REQUEST`):
+/// runs the request path as it would have run `request_age_ns` nanoseconds ago, when the
+/// request arrived, then the response path, and answers as `weft_response` does. `call`
+/// holds the response as for `weft_response` (`rpc` is ignored); `stamp` is the request's
+/// `weft-version` value, if it had one (`stamp_len` 0 if not). When the version the RPC
+/// runs in cannot wait (a reload since `weft_metadata_keys`), returns `WEFT_E_METADATA`
+/// and nothing has run: call `weft_request` with the request, then `weft_response`.
+///
+/// # Safety
+/// As [`weft_response`]; `stamp` is readable for `stamp_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_server_exchange(
+    rt: *mut WeftRuntime,
+    call: *mut WeftCall,
+    stamp: *const u8,
+    stamp_len: usize,
+    request_age_ns: u64,
+) -> i32 {
+    guarded(|| {
+        let key = call as usize;
+        // SAFETY: the caller passes NULL or a live runtime and a valid, exclusive call.
+        let (rt, call) = unsafe { (runtime(rt)?, call_mut(call)?) };
+        rt.pending.forget_stale(key);
+        call.rpc = 0;
+        // SAFETY: the call's input pointers, the status message and the stamp are readable
+        // (this function's contract).
+        let (input, status_message, stamp) = unsafe {
+            (
+                read_input(call)?,
+                bytes(
+                    call.status_message,
+                    call.status_message_len,
+                    "status_message",
+                )?,
+                bytes(stamp, stamp_len, "stamp")?,
+            )
+        };
+        let stamp = match stamp {
+            [] => None,
+            s => Some(
+                utf8(s).map_err(|e| FfiError::argument(format!("`stamp` is not UTF-8: {e}")))?,
+            ),
+        };
+        let prepared = rt.engine.prepare(Side::Server, input.method, stamp)?;
+        let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
+        let age = Duration::from_nanos(request_age_ns);
+        let out = match call.status_code {
+            0 => rt
+                .engine
+                .exchange_from(prepared, age, metadata.visible, input.message)?,
+            n => {
+                let response = error_response(n, status_message, metadata.visible);
+                rt.engine.exchange(prepared, age, response)?
+            }
+        };
+        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
+        engine::recycle(out.verdict);
+        rc
+    })
+}
+
+/// The server's error status as a response; an unknown code is UNKNOWN, as gRPC maps it.
+fn error_response(code: i32, message: &[u8], metadata: Metadata) -> ServerResponse {
+    ServerResponse::Error {
+        code: u32::try_from(code)
+            .ok()
+            .and_then(Code::from_number)
+            .unwrap_or(Code::Unknown),
+        message: String::from_utf8_lossy(message).into_owned(),
+        metadata,
+    }
 }
 
 /// After `WEFT_E_BUFFER`: copies the outputs the call kept into the (now bigger) buffers.
@@ -702,11 +777,14 @@ pub unsafe extern "C" fn weft_rpc_abandon(rt: *mut WeftRuntime, rpc: u64) {
 /// the response handlers can observe the response; both when `*version` is 0. A caller that
 /// sets `metadata_keys_version` may pass `message_len` 0 for a direction whose bit is clear:
 /// the chain reads nothing of it, and a forward verdict then has `message_changed` 0.
+/// `*messages` also gets `WEFT_DEFERRABLE_REQUEST` when the request path can wait for the
+/// response (`weft_server_exchange`), and `stamp` (when not NULL) the version's
+/// `weft-version` stamp, `WEFT_STAMP_LEN` bytes, which a request must carry to be deferred.
 ///
 /// # Safety
 /// `rt` is NULL or a live runtime; `method` is readable for `method_len` bytes; `out` and
 /// `version` are NULL or valid, `out`'s buffer writable for its `cap`; `messages` is NULL or
-/// valid.
+/// valid; `stamp` is NULL or writable for `WEFT_STAMP_LEN` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_metadata_keys(
     rt: *const WeftRuntime,
@@ -716,6 +794,7 @@ pub unsafe extern "C" fn weft_metadata_keys(
     out: *mut WeftBuf,
     version: *mut u64,
     messages: *mut u32,
+    stamp: *mut u8,
 ) -> i32 {
     guarded(|| {
         // SAFETY: the caller passes NULL or a live runtime and a readable method name.
@@ -731,16 +810,29 @@ pub unsafe extern "C" fn weft_metadata_keys(
         let keys = prepared.header_keys();
         if !messages.is_null() {
             let [request, response] = prepared.message_observed();
+            let bit = |set: bool, bit: u32| if set { bit } else { 0 };
             let observed = match keys {
                 Some(_) => {
-                    let bit = |observed: bool, bit: u32| if observed { bit } else { 0 };
                     bit(request, WEFT_OBSERVES_REQUEST_MESSAGE)
                         | bit(response, WEFT_OBSERVES_RESPONSE_MESSAGE)
                 }
                 None => WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE,
             };
+            let deferrable = bit(prepared.request_deferrable(), WEFT_DEFERRABLE_REQUEST);
             // SAFETY: non-NULL and valid for the call (the contract).
-            unsafe { *messages = observed };
+            unsafe { *messages = observed | deferrable };
+        }
+        if !stamp.is_null() {
+            let digest = prepared.stamp().as_bytes();
+            if digest.len() != WEFT_STAMP_LEN {
+                return Err(FfiError::argument(format!(
+                    "the version's stamp `{}` is not {WEFT_STAMP_LEN} bytes long",
+                    prepared.stamp()
+                )));
+            }
+            // SAFETY: non-NULL and writable for WEFT_STAMP_LEN bytes (the contract), which
+            // cannot overlap the digest, a string of the engine's.
+            unsafe { std::ptr::copy_nonoverlapping(digest.as_ptr(), stamp, WEFT_STAMP_LEN) };
         }
         let Some(keys) = keys else {
             out.len = 0;
@@ -1188,6 +1280,7 @@ edges:
                 &mut out,
                 &mut version,
                 &mut messages,
+                std::ptr::null_mut(),
             )
         };
         assert_eq!(rc, WEFT_OK);
@@ -1199,10 +1292,11 @@ edges:
     #[test]
     fn metadata_keys_say_which_messages_the_chain_observes() {
         let both = WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE;
-        // metrics reads the time, the status and its scratch: no message.
+        // metrics reads the time, the status and its scratch: no message, and its request
+        // path, which only reads the clock, can wait for the response.
         let (version, messages) = observed_on_server("- metrics");
         assert_ne!(version, 0);
-        assert_eq!(messages, 0);
+        assert_eq!(messages, WEFT_DEFERRABLE_REQUEST);
         // A firewall reads a request field.
         let (version, messages) = observed_on_server("- firewall: {field: user, deny: [mallory]}");
         assert_ne!(version, 0);
@@ -1215,7 +1309,10 @@ edges:
     fn a_message_the_chain_cannot_observe_may_be_left_out() {
         let rt = open_server();
         let (version, messages) = observed_on_server("- metrics");
-        assert_eq!(messages, 0);
+        assert_eq!(
+            messages & (WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE),
+            0
+        );
         let mut md = Vec::new();
         entry(&mut md, "weft-version", b"from-the-client");
         // Both runtimes were built from the same config, so their first versions agree.

@@ -372,6 +372,8 @@ pub(crate) struct SegmentMethod {
     /// reorder, and channel records only when nothing observes them), so a forwarded
     /// request needs no response call.
     pub response_inert: bool,
+    /// The request handlers can wait for the response call ([`request_deferrable`]).
+    pub request_deferrable: bool,
     /// Whether the request handlers, and the response handlers, can observe the message's
     /// bytes ([`message_observed`]), or the segment checks them ([`message_checks`]).
     pub message_observed: [bool; 2],
@@ -792,15 +794,21 @@ fn build_segment(
         for (observed, check) in message_observed.iter_mut().zip(&message_checks) {
             *observed |= check.is_some();
         }
+        let channels_unobserved = options.channels.is_none();
+        let response_inert =
+            response_inert(loaded, &positions, &method.full_name, channels_unobserved);
+        // Only where it saves a call: without elements, or with an inert response path, the
+        // request call is the only one already.
+        let request_deferrable = side == Side::Server
+            && compiled.is_some()
+            && !response_inert
+            && message_checks[0].is_none()
+            && request_deferrable(loaded, &positions, &method.full_name, channels_unobserved);
         methods.push(SegmentMethod {
             compiled,
             visible_keys,
-            response_inert: response_inert(
-                loaded,
-                &positions,
-                &method.full_name,
-                options.channels.is_none(),
-            ),
+            response_inert,
+            request_deferrable,
             message_observed,
             message_checks,
             rpc_template: RpcTemplate::new(RpcInfo {
@@ -863,6 +871,35 @@ fn response_inert(
             && !resp.reorders
             && !resp.meta_write
             && (resp.channels.is_empty() || channels_unobserved)
+    })
+}
+
+/// Whether the request handlers of a segment can run late, in the response call, for one
+/// method (docs/engine.md, "Deferred request paths"). They may read the clock, which the
+/// deferred call sets back to the request's arrival, and keep per-RPC scratch for the
+/// response handlers. Nothing else: no read of the message, a header or state (which other
+/// RPCs change meanwhile), no write, no random draw (a write of the instance's stream), no
+/// stop or run-time failure, no reordering, no record anyone receives, and no instance
+/// start whose outcome depends on when it happens. Then running them late is running them
+/// at their time, and nothing in between can tell.
+fn request_deferrable(
+    loaded: &LoadedEdge,
+    positions: &[usize],
+    method: &str,
+    channels_unobserved: bool,
+) -> bool {
+    abstractions(loaded, positions, method).all(|abs| {
+        let req = &abs.req;
+        req.writes.is_empty()
+            && !req.stops.any()
+            && !req.reorders
+            && (req.channels.is_empty() || channels_unobserved)
+            && req
+                .reads
+                .iter()
+                .all(|i| matches!(i, Input::Time | Input::Meta))
+            && !abs.vars.iter().any(|v| v.creation)
+            && (!abs.creation_records || channels_unobserved)
     })
 }
 

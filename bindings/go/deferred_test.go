@@ -1,0 +1,125 @@
+package weft_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	weft "github.com/weft-mesh/weft/bindings/go"
+	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
+)
+
+// slowEcho answers Say after running during, as a handler that takes its time.
+type slowEcho struct {
+	echopb.UnimplementedEchoServer
+	during func()
+	calls  atomic.Int64
+}
+
+func (e *slowEcho) Say(_ context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+	e.calls.Add(1)
+	if e.during != nil {
+		e.during()
+	}
+	return &echopb.SayReply{Body: req.GetBody()}, nil
+}
+
+func serveSlow(t *testing.T, impl *slowEcho, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	echopb.RegisterEchoServer(srv, impl)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// metrics on the server only reads the clock on the request path, so the server runs its
+// request path in the response's library call, at the time the request arrived, for a
+// request stamped by a Weft client of the same config; an unstamped request takes the
+// two-call path. Both measure the handler's time.
+func TestADeferredRequestPathMeasuresFromArrival(t *testing.T) {
+	yaml := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	var sink recordSink
+	srt := openWith(t, yaml, "echo", weft.WithRecords(sink.add), weft.WithRecordInterval(10*time.Millisecond))
+	crt := open(t, yaml, "frontend")
+	const handlerTime = 30 * time.Millisecond
+	var waiting []uint64
+	impl := &slowEcho{during: func() {
+		// The library holds an RPC between its request and response calls; a deferred one
+		// it does not hold at all.
+		waiting = append(waiting, srt.WaitingRPCs())
+		time.Sleep(handlerTime)
+	}}
+	addr := serveSlow(t, impl, srt.ServerOptions()...)
+	stamped := dial(t, addr, crt.DialOptions()...)
+	plain := dial(t, addr)
+	for _, c := range []echopb.EchoClient{stamped, stamped, plain} {
+		if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []uint64{0, 0, 1}; len(waiting) != 3 || waiting[0] != want[0] || waiting[1] != want[1] || waiting[2] != want[2] {
+		t.Fatalf("RPCs waiting in the library during the handler: %v, want %v (stamped, stamped, unstamped)", waiting, want)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sink.on("latency")) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	latencies := sink.on("latency")
+	if len(latencies) != 3 {
+		t.Fatalf("got %d latency records, want 3", len(latencies))
+	}
+	for i, r := range latencies {
+		seconds, err := strconv.ParseFloat(string(r.Value), 64)
+		if err != nil {
+			t.Fatalf("latency record %s: %v", r.Value, err)
+		}
+		if seconds < handlerTime.Seconds() || seconds > 5 {
+			t.Fatalf("RPC %d: latency %v s, want at least the handler's %v", i, seconds, handlerTime)
+		}
+	}
+}
+
+// A reload during a deferred RPC's handler to a version whose request path cannot wait: the
+// RPC runs in the new version, its request path late, after the handler (docs/go.md,
+// "Deferred request paths"), so the new firewall still decides what the caller gets.
+func TestAReloadDuringADeferredHandlerRunsTheNewRequestPathLate(t *testing.T) {
+	metricsOnly := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	guarded := edge("echo.Echo/Say", "    server:\n      - metrics\n      - firewall: {field: user, deny: [mallory]}\n")
+	srt := open(t, metricsOnly, "echo")
+	crt := open(t, metricsOnly, "frontend")
+	impl := &slowEcho{}
+	impl.during = func() {
+		if impl.calls.Load() == 1 {
+			if err := srt.ReloadYAML(guarded, echoDir); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1", n)
+	}
+	// The new version's request path cannot wait: the next request takes the two-call path,
+	// and the firewall stops it before the handler.
+	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1", n)
+	}
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+}
