@@ -201,7 +201,11 @@ func (r *Runtime) deferredServer(ctx context.Context, req any, reqMsg proto.Mess
 		rec.handOver(ctx)
 		return resp, err
 	}
-	return r.chainedServer(ctx, req, reqMsg, info, replay, s, in, codec, mi, r.serverKeys(mi, true))
+	out, oerr = r.chainedServer(ctx, req, reqMsg, info, replay, s, in, codec, mi, r.serverKeys(mi, true))
+	// When the late request path stopped the RPC, the replay never ran: what the handler
+	// set goes nowhere, as its response does.
+	rec.discard()
+	return out, oerr
 }
 
 // serverResponse runs the chain's response path on the handler's outcome (resp, err) and
@@ -791,7 +795,14 @@ func (h *headerRecorder) handOver(ctx context.Context) {
 	if len(h.trailer) > 0 {
 		_ = grpc.SetTrailer(ctx, h.trailer)
 	}
-	h.header, h.trailer, h.chain = nil, nil, nil
+	h.discard()
+}
+
+// discard forgets what the handler set and the chain changed.
+func (h *headerRecorder) discard() {
+	if h != nil {
+		h.header, h.trailer, h.chain = nil, nil, nil
+	}
 }
 
 // flush hands grpc-go the response metadata: the chain's when it changed it (a key the
