@@ -779,21 +779,7 @@ impl Engine {
         rpc: Rpc,
         response: ServerResponse,
     ) -> Result<ResponseOutcome, EngineError> {
-        match response {
-            ServerResponse::Ok { message, metadata } => self.process_response_with(rpc, |m| {
-                m.kind = MsgKind::Response;
-                m.bytes = message;
-                m.headers = metadata;
-            }),
-            ServerResponse::Error {
-                code,
-                message,
-                metadata,
-            } => self.process_response_with(rpc, |m| {
-                *m = Message::error(code, message);
-                m.headers = metadata;
-            }),
-        }
+        self.process_response_with(rpc, fill_response(response))
     }
 
     /// [`Engine::process_response`] of a successful response whose bytes are borrowed: they
@@ -892,23 +878,7 @@ impl Engine {
         request_age: Duration,
         response: ServerResponse,
     ) -> Result<ResponseOutcome, EngineError> {
-        match response {
-            ServerResponse::Ok { message, metadata } => {
-                self.exchange_with(prepared, request_age, |m| {
-                    m.kind = MsgKind::Response;
-                    m.bytes = message;
-                    m.headers = metadata;
-                })
-            }
-            ServerResponse::Error {
-                code,
-                message,
-                metadata,
-            } => self.exchange_with(prepared, request_age, |m| {
-                *m = Message::error(code, message);
-                m.headers = metadata;
-            }),
-        }
+        self.exchange_with(prepared, request_age, fill_response(response))
     }
 
     /// [`Engine::exchange`] of a successful response whose bytes are borrowed.
@@ -972,6 +942,25 @@ impl Engine {
             .refused_malformed
             .fetch_add(1, Ordering::Relaxed);
         format!("malformed {what}: not a valid `{ty}`: {e}")
+    }
+}
+
+/// Makes a cleared message the server's response.
+fn fill_response(response: ServerResponse) -> impl FnOnce(&mut Message) {
+    move |m| match response {
+        ServerResponse::Ok { message, metadata } => {
+            m.kind = MsgKind::Response;
+            m.bytes = message;
+            m.headers = metadata;
+        }
+        ServerResponse::Error {
+            code,
+            message,
+            metadata,
+        } => {
+            *m = Message::error(code, message);
+            m.headers = metadata;
+        }
     }
 }
 

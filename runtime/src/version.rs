@@ -16,7 +16,7 @@ use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::SeededRng;
 use weft_hostcalls::state::SharedState;
-use weft_ir::abstraction::{ElementAbs, Input, Target, abstract_element};
+use weft_ir::abstraction::{ElementAbs, HandlerAbs, Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
@@ -864,14 +864,17 @@ fn response_inert(
     method: &str,
     channels_unobserved: bool,
 ) -> bool {
-    abstractions(loaded, positions, method).all(|abs| {
-        let resp = abs.resp;
-        resp.writes.is_empty()
-            && !resp.stops.any()
-            && !resp.reorders
-            && !resp.meta_write
-            && (resp.channels.is_empty() || channels_unobserved)
-    })
+    abstractions(loaded, positions, method)
+        .all(|abs| quiet(&abs.resp, channels_unobserved) && !abs.resp.meta_write)
+}
+
+/// Whether a handler changes nothing others see: no write (of state, the message or a
+/// header), no stop, no reordering, and no record anyone receives.
+fn quiet(h: &HandlerAbs, channels_unobserved: bool) -> bool {
+    h.writes.is_empty()
+        && !h.stops.any()
+        && !h.reorders
+        && (h.channels.is_empty() || channels_unobserved)
 }
 
 /// Whether the request handlers of a segment can run late, in the response call, for one
@@ -890,10 +893,7 @@ fn request_deferrable(
 ) -> bool {
     abstractions(loaded, positions, method).all(|abs| {
         let req = &abs.req;
-        req.writes.is_empty()
-            && !req.stops.any()
-            && !req.reorders
-            && (req.channels.is_empty() || channels_unobserved)
+        quiet(req, channels_unobserved)
             && req
                 .reads
                 .iter()

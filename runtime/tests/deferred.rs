@@ -8,12 +8,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{echo_dir_with_elements, options, two_strings};
+use common::{echo_dir_with_elements, echo_edge, options, two_strings};
 use weft_hostcalls::Code;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::clock::VirtualClock;
 use weft_runtime::{
-    Engine, EngineError, EngineOptions, Metadata, ResponseOutcome, ServerResponse, Side, Verdict,
+    Engine, EngineError, EngineOptions, Metadata, RequestOutcome, ResponseOutcome, ServerResponse,
+    Side, Verdict,
 };
 
 const METHOD: &str = "/echo.Echo/Say";
@@ -29,18 +30,7 @@ struct Setup {
 /// (and `client` as its client chain), its channel records collected.
 fn setup(service: &str, client: &[&str], server: &[&str]) -> Setup {
     let dir = echo_dir_with_elements(&[("remember.weft", include_str!("elements/remember.weft"))]);
-    let side = |name: &str, items: &[&str]| -> String {
-        if items.is_empty() {
-            return String::new();
-        }
-        let list: String = items.iter().map(|i| format!("      - {i}\n")).collect();
-        format!("    {name}:\n{list}")
-    };
-    let yaml = format!(
-        "protos: [echo.proto]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n{}{}",
-        side("client", client),
-        side("server", server)
-    );
+    let yaml = format!("element_paths: [elements]\n{}", echo_edge(client, server));
     let clock = Arc::new(VirtualClock::new(10.0));
     let records = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&records);
@@ -78,19 +68,23 @@ fn reply() -> ServerResponse {
     }
 }
 
-/// Runs one RPC on the server the usual way: the request at `arrive`, the response at
-/// `answer`.
-fn undeferred(s: &Setup, arrive: f64, answer: f64, response: ServerResponse) -> ResponseOutcome {
-    s.clock.set(arrive);
-    let out = s
-        .engine
+/// A server request the usual way, through the request path alone.
+fn request(s: &Setup) -> RequestOutcome {
+    s.engine
         .process_request(
             Side::Server,
             METHOD,
             Metadata::new(),
             two_strings("alice", "hi"),
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs one RPC on the server the usual way: the request at `arrive`, the response at
+/// `answer`.
+fn undeferred(s: &Setup, arrive: f64, answer: f64, response: ServerResponse) -> ResponseOutcome {
+    s.clock.set(arrive);
+    let out = request(s);
     assert!(matches!(out.verdict, Verdict::Forward(_)));
     s.clock.set(answer);
     s.engine
@@ -219,15 +213,7 @@ fn a_version_whose_request_path_cannot_wait_runs_nothing_in_an_exchange() {
     };
     assert!(matches!(err, EngineError::NotDeferrable { .. }), "{err}");
     assert!(err.to_string().contains("echo.Echo/Say"), "{err}");
-    let out = s
-        .engine
-        .process_request(
-            Side::Server,
-            METHOD,
-            Metadata::new(),
-            two_strings("alice", "hi"),
-        )
-        .unwrap();
+    let out = request(&s);
     assert!(
         matches!(out.verdict, Verdict::Forward(_)),
         "the token is still there"

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{echo_dir_with_elements, options, two_strings};
+use common::{echo_dir_with_elements, echo_edge, options, two_strings};
 use weft_hostcalls::Code;
 use weft_runtime::{Engine, Metadata, RpcCounters, ServerResponse, Side, Verdict};
 
@@ -18,18 +18,7 @@ const FIREWALL: &str = "firewall: {field: user, deny: [mallory]}";
 
 fn engine(service: &str, client: &[&str], server: &[&str]) -> (Engine, tempfile::TempDir) {
     let dir = echo_dir_with_elements(&[("served.weft", include_str!("elements/served.weft"))]);
-    let side = |name: &str, items: &[&str]| -> String {
-        if items.is_empty() {
-            return String::new();
-        }
-        let list: String = items.iter().map(|i| format!("      - {i}\n")).collect();
-        format!("    {name}:\n{list}")
-    };
-    let yaml = format!(
-        "protos: [echo.proto]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n{}{}",
-        side("client", client),
-        side("server", server)
-    );
+    let yaml = format!("element_paths: [elements]\n{}", echo_edge(client, server));
     let engine = Engine::open_yaml(&yaml, dir.path(), service, options()).unwrap();
     (engine, dir)
 }
