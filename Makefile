@@ -110,8 +110,9 @@ go-test: go-gen
 	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
 	cd examples/go-echo && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
 	cd bindings/go && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...
-	# Streams are where goroutines meet (a handler may send and receive on two at once).
-	cd bindings/go && $(GO) test -race -tags weft_debug -count=1 -run 'Stream' .
+	# Streams are where goroutines meet (a handler may send and receive on two at once), and
+	# so are handlers that set metadata from several goroutines.
+	cd bindings/go && $(GO) test -race -tags weft_debug -count=1 -run 'Stream|Concurrent' .
 	cd examples/go-echo && $(GO) vet -tags weft_debug ./...
 
 go-bench: go-gen

@@ -2,6 +2,7 @@ package weft_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -46,6 +47,9 @@ type echoServer struct {
 	// headerViaContext: SayStream sets replyHeader with grpc.SetHeader(stream.Context(), …)
 	// instead of stream.SetHeader.
 	headerViaContext bool
+	// parallelMetadata: Say also sets headers x-h<i> and trailers x-t<i> for i < n, from n
+	// goroutines at once, as grpc-go allows (its stream locks).
+	parallelMetadata int
 }
 
 func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
@@ -54,8 +58,11 @@ func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.S
 	e.mu.Lock()
 	e.last = proto.Clone(req).(*echopb.SayRequest)
 	e.lastMD = md
-	header, trailer := e.replyHeader, e.replyTrailer
+	header, trailer, parallel := e.replyHeader, e.replyTrailer, e.parallelMetadata
 	e.mu.Unlock()
+	if err := setMetadataInParallel(ctx, parallel); err != nil {
+		return nil, err
+	}
 	if header != nil {
 		if err := grpc.SetHeader(ctx, header); err != nil {
 			return nil, err
@@ -67,6 +74,28 @@ func (e *echoServer) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.S
 		}
 	}
 	return &echopb.SayReply{Body: req.GetBody(), ServedBy: e.name}, nil
+}
+
+// setMetadataInParallel sets headers x-h<i> and trailers x-t<i>, i < n, from n goroutines.
+func setMetadataInParallel(ctx context.Context, n int) error {
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- grpc.SetHeader(ctx, metadata.Pairs(fmt.Sprintf("x-h%d", i), "1"))
+			errs <- grpc.SetTrailer(ctx, metadata.Pairs(fmt.Sprintf("x-t%d", i), "1"))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *echoServer) setReplyMetadata(header, trailer metadata.MD) {

@@ -744,6 +744,9 @@ func (h *handleQueue) drain() []uint64 {
 // either those or the chain's version of them when the interceptor returns (flush).
 type headerRecorder struct {
 	grpc.ServerTransportStream
+	// Guards what follows: a handler may set metadata from several goroutines, as grpc-go's
+	// own stream (which locks) allows, and one of them may outlive the handler.
+	mu sync.Mutex
 	responseMeta
 	// The handler sent its headers itself (SendHeader): later header changes cannot follow.
 	sent bool
@@ -752,14 +755,20 @@ type headerRecorder struct {
 }
 
 func (h *headerRecorder) SetHeader(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return holdHeader(&h.header, h.sent, h.ServerTransportStream, md)
 }
 
 func (h *headerRecorder) SendHeader(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return sendHeaderNow(&h.header, &h.sent, h.ServerTransportStream, md)
 }
 
 func (h *headerRecorder) SetTrailer(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.trailer = metadata.Join(h.trailer, md)
 	return nil
 }
@@ -770,6 +779,8 @@ func (h *headerRecorder) encode(s *callState) {
 		s.md.len = 0
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.responseMeta.encode(s)
 }
 
@@ -780,6 +791,8 @@ func (h *headerRecorder) replace(ctx context.Context, md metadata.MD) {
 		_ = grpc.SetHeader(ctx, md)
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.chain = md
 }
 
@@ -789,25 +802,33 @@ func (h *headerRecorder) handOver(ctx context.Context) {
 	if h == nil {
 		return
 	}
-	if len(h.header) > 0 && !h.sent {
-		_ = grpc.SetHeader(ctx, h.header)
+	h.mu.Lock()
+	header, trailer, sent := h.header, h.trailer, h.sent
+	h.header, h.trailer, h.chain = nil, nil, nil
+	// Unlocked before calling into ctx's stream, which may be another recorder.
+	h.mu.Unlock()
+	if len(header) > 0 && !sent {
+		_ = grpc.SetHeader(ctx, header)
 	}
-	if len(h.trailer) > 0 {
-		_ = grpc.SetTrailer(ctx, h.trailer)
+	if len(trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, trailer)
 	}
-	h.discard()
 }
 
 // discard forgets what the handler set and the chain changed.
 func (h *headerRecorder) discard() {
 	if h != nil {
+		h.mu.Lock()
 		h.header, h.trailer, h.chain = nil, nil, nil
+		h.mu.Unlock()
 	}
 }
 
 // flush hands grpc-go the response metadata: the chain's when it changed it (a key the
 // handler set as a trailer stays a trailer), else the handler's own.
 func (h *headerRecorder) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	header, trailer := h.header, h.trailer
 	if h.chain != nil {
 		header, trailer = metadata.MD{}, metadata.MD{}

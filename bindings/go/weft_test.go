@@ -822,6 +822,33 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
 }
 
+// A unary handler may set headers and trailers from several goroutines, as grpc-go's own
+// stream allows: Weft's recorder, which holds them for the response chain, must too. `make
+// go-test` runs this under the race detector.
+func TestConcurrentHeaderCallsOfAUnaryHandler(t *testing.T) {
+	c, srv := appcheckMesh(t, "echo.Echo/Say")
+	const n = 8
+	srv.mu.Lock()
+	srv.parallelMetadata = n
+	srv.mu.Unlock()
+	srv.setReplyMetadata(metadata.Pairs("x-app", "v1"), nil)
+	for round := 0; round < 20; round++ {
+		var header, trailer metadata.MD
+		if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i := range n {
+			h, tr := fmt.Sprintf("x-h%d", i), fmt.Sprintf("x-t%d", i)
+			if len(header.Get(h)) != 1 || len(trailer.Get(tr)) != 1 {
+				t.Fatalf("round %d: missing %s or %s (header %v, trailer %v)", round, h, tr, header, trailer)
+			}
+		}
+		if got := header.Get("x-app-seen"); len(got) != 1 {
+			t.Fatalf("round %d: the chain's header is missing: %v", round, header)
+		}
+	}
+}
+
 // On a server stream, the chain sees the headers the handler set with each response, and what
 // it adds to them before the first message goes out reaches the client.
 func TestServerStreamChainSeesHeadersTheHandlerSets(t *testing.T) {
