@@ -11,7 +11,7 @@ use crate::config::{Config, ConfigError, Edge, ElementUse, Position};
 use crate::diag::{Diagnostic, SourceFile, has_errors, render_all};
 use crate::ir::Element;
 use crate::parser::parse;
-use crate::schema::{MethodSchema, Schema, SchemaError};
+use crate::schema::{MethodSchema, ProtoInput, Schema, SchemaError};
 use crate::stdlib;
 
 #[derive(Debug, thiserror::Error)]
@@ -71,19 +71,31 @@ impl LoadedEdge {
 }
 
 pub fn load_schema(config: &Config) -> Result<Schema, LoadError> {
+    load_schema_with_inputs(config).0
+}
+
+/// [`load_schema`], and every proto file the compile opened, whether it succeeded or not
+/// ([`Schema::load_with_inputs`]).
+pub fn load_schema_with_inputs(config: &Config) -> (Result<Schema, LoadError>, Vec<ProtoInput>) {
     if config.protos.is_empty() {
-        return Err(LoadError::Config(ConfigError {
-            file: config.file.clone(),
-            location: String::new(),
-            message: "no `protos:` listed; Weft needs the services' .proto files to read messages"
-                .into(),
-            hint: Some("add `protos: [path/to/service.proto]`".into()),
-        }));
+        return (
+            Err(LoadError::Config(ConfigError {
+                file: config.file.clone(),
+                location: String::new(),
+                message:
+                    "no `protos:` listed; Weft needs the services' .proto files to read messages"
+                        .into(),
+                hint: Some("add `protos: [path/to/service.proto]`".into()),
+            })),
+            Vec::new(),
+        );
     }
-    Schema::load(&config.protos, &config.proto_include).map_err(|source| LoadError::Schema {
+    let (schema, inputs) = Schema::load_with_inputs(&config.protos, &config.proto_include);
+    let schema = schema.map_err(|source| LoadError::Schema {
         file: config.file.clone(),
         source,
-    })
+    });
+    (schema, inputs)
 }
 
 /// The methods an edge covers: one, or every method of a service for `pkg.Svc/*`.
@@ -136,8 +148,17 @@ pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> 
 
 /// Loads and checks every element of an edge.
 pub fn load_edge(config: &Config, edge_name: &str) -> Result<LoadedEdge, LoadError> {
+    load_edge_with_schema(config, edge_name, Arc::new(load_schema(config)?))
+}
+
+/// [`load_edge`] with the config's schema already compiled ([`load_schema`]), so the edges
+/// of one config share one compile.
+pub fn load_edge_with_schema(
+    config: &Config,
+    edge_name: &str,
+    schema: Arc<Schema>,
+) -> Result<LoadedEdge, LoadError> {
     let edge = config.edge(edge_name)?.clone();
-    let schema = Arc::new(load_schema(config)?);
     let methods = edge_methods(config, &schema, &edge)?;
     let mut elements = Vec::new();
     let mut rendered = String::new();

@@ -3,11 +3,14 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prost_reflect::{
     DescriptorPool, FieldDescriptor, Kind, MessageDescriptor, MethodDescriptor, ServiceDescriptor,
 };
-use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+use protox::file::{
+    ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver,
+};
 use weft_hostcalls::Value;
 
 use crate::types::Type;
@@ -86,6 +89,50 @@ impl MethodSchema {
     }
 }
 
+/// A proto file a compile opened by name (a listed file or one it imports, at any depth),
+/// with every path it is looked for at, in search order (one per include directory). A
+/// watcher needs the paths before the one found too: a file appearing there would shadow it.
+/// Files protox ships (`google/protobuf/*.proto`) are looked for on disk first, so they are
+/// inputs as well, with no path that exists.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProtoInput {
+    /// The import name, relative to an include directory: the same on every machine.
+    pub name: String,
+    pub candidates: Vec<PathBuf>,
+    /// The path the compile read it from and the text it compiled; `None` when no candidate
+    /// exists, the file did not parse, or it is one protox ships.
+    pub read: Option<(PathBuf, String)>,
+}
+
+/// protox's own resolver chain, noting the name of every file the compiler opens, whether
+/// it is found, parses or not: after a failed compile the file to fix is among them.
+struct Recording {
+    inner: ChainFileResolver,
+    opened: Arc<Mutex<Vec<Opened>>>,
+}
+
+/// A name the compiler opened, with the file's path and text when it was read from disk.
+type Opened = (String, Option<(PathBuf, String)>);
+
+impl FileResolver for Recording {
+    fn resolve_path(&self, path: &Path) -> Option<String> {
+        self.inner.resolve_path(path)
+    }
+
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        let file = self.inner.open_file(name);
+        let read = file.as_ref().ok().and_then(|f| {
+            let path = f.path()?.to_path_buf();
+            Some((path, f.source()?.to_owned()))
+        });
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((name.to_owned(), read));
+        file
+    }
+}
+
 /// Serves the one in-memory file of [`Schema::from_source`]; imports of other files fail as
 /// "not found" so the chain falls through to the well-known Google files.
 struct InMemoryFile {
@@ -104,8 +151,14 @@ impl FileResolver for InMemoryFile {
 }
 
 fn compile_error(e: protox::Error) -> SchemaError {
-    // protox's Debug form carries `file:line:col:`; its Display form drops the location.
-    SchemaError::Compile(format!("{e:?}"))
+    // protox's Debug form carries `file:line:col:`; its Display form drops the location. At
+    // the end of a file (a file cut short) it has no place to show, and names no file: the
+    // file is then put in front, as the operator needs to know which one to fix.
+    let text = format!("{e:?}");
+    match e.file() {
+        Some(file) if !text.contains(file) => SchemaError::Compile(format!("{file}: {text}")),
+        _ => SchemaError::Compile(text),
+    }
 }
 
 impl Schema {
@@ -118,8 +171,17 @@ impl Schema {
     /// Compiles `files`. With no `include_dirs`, each file's own directory is an include
     /// directory, which suits the common case of self-contained protos next to each other.
     pub fn load<P: AsRef<Path>>(files: &[P], include_dirs: &[P]) -> Result<Schema, SchemaError> {
+        Schema::load_with_inputs(files, include_dirs).0
+    }
+
+    /// [`Schema::load`], and every file the compile opened ([`ProtoInput`], sorted by name),
+    /// whether it succeeded or not: what a version's digest covers and a watcher watches.
+    pub fn load_with_inputs<P: AsRef<Path>>(
+        files: &[P],
+        include_dirs: &[P],
+    ) -> (Result<Schema, SchemaError>, Vec<ProtoInput>) {
         if files.is_empty() {
-            return Err(SchemaError::NoFiles);
+            return (Err(SchemaError::NoFiles), Vec::new());
         }
         let mut includes: Vec<PathBuf> = Vec::new();
         if include_dirs.is_empty() {
@@ -135,12 +197,38 @@ impl Schema {
         } else {
             includes.extend(include_dirs.iter().map(|d| d.as_ref().to_path_buf()));
         }
-        let mut compiler = protox::Compiler::new(&includes).map_err(compile_error)?;
+        // The chain `protox::Compiler::new` builds, with the names it opens noted.
+        let mut inner = ChainFileResolver::new();
+        for dir in &includes {
+            inner.add(IncludeFileResolver::new(dir.clone()));
+        }
+        inner.add(GoogleFileResolver::new());
+        let opened = Arc::new(Mutex::new(Vec::new()));
+        let mut compiler = protox::Compiler::with_file_resolver(Recording {
+            inner,
+            opened: Arc::clone(&opened),
+        });
         compiler.include_imports(true);
-        compiler.open_files(files).map_err(compile_error)?;
-        Ok(Schema {
+        let compiled = compiler
+            .open_files(files)
+            .map(|_| ())
+            .map_err(compile_error);
+        let mut opened =
+            std::mem::take(&mut *opened.lock().unwrap_or_else(PoisonError::into_inner));
+        opened.sort_by(|a, b| a.0.cmp(&b.0));
+        opened.dedup_by(|a, b| a.0 == b.0);
+        let inputs = opened
+            .into_iter()
+            .map(|(name, read)| ProtoInput {
+                candidates: includes.iter().map(|dir| dir.join(&name)).collect(),
+                name,
+                read,
+            })
+            .collect();
+        let schema = compiled.map(|()| Schema {
             pool: compiler.descriptor_pool(),
-        })
+        });
+        (schema, inputs)
     }
 
     /// Compiles one in-memory file (it may import the well-known `google/protobuf/*` files).

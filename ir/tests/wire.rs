@@ -1465,3 +1465,27 @@ fn the_message_check_refuses_broken_packed_runs_as_prost_does() {
         assert_eq!(checked.is_ok(), whole, "{bytes:?}: {checked:?}");
     }
 }
+
+/// A compile lists every file it opened by import name, imports included, with where it
+/// read each; a failed compile lists the file it could not read.
+#[test]
+fn a_schema_lists_the_files_its_compile_opened() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/protos");
+    let (schema, inputs) =
+        Schema::load_with_inputs(&[dir.join("scalars.proto")], std::slice::from_ref(&dir));
+    assert!(schema.is_ok());
+    let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["legacy.proto", "scalars.proto"]);
+    for input in &inputs {
+        let (path, text) = input.read.as_ref().expect("read from disk");
+        assert_eq!(path, &dir.join(&input.name));
+        assert_eq!(text, &std::fs::read_to_string(path).unwrap());
+        assert_eq!(input.candidates, [dir.join(&input.name)]);
+    }
+    let (schema, inputs) =
+        Schema::load_with_inputs(&[dir.join("absent.proto")], std::slice::from_ref(&dir));
+    assert!(schema.is_err());
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(inputs[0].name, "absent.proto");
+    assert_eq!(inputs[0].read, None);
+}

@@ -20,8 +20,10 @@ use weft_ir::abstraction::{ElementAbs, HandlerAbs, Input, Target, abstract_eleme
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
-use weft_ir::load::{LoadedEdge, element_candidates, element_source, load_edge};
-use weft_ir::schema::MethodSchema;
+use weft_ir::load::{
+    LoadedEdge, element_candidates, element_source, load_edge_with_schema, load_schema_with_inputs,
+};
+use weft_ir::schema::{MethodSchema, ProtoInput};
 use weft_ir::sim::{var_specs, write_state};
 use weft_ir::wire_check::WireCheck;
 use weft_jit::{Compiled, Fusion, block_store, compile};
@@ -566,6 +568,7 @@ fn content_digest(
     config: &Config,
     yaml: &str,
     config_path: Option<&Path>,
+    protos: &[ProtoInput],
 ) -> (String, Vec<PathBuf>, [u8; 32]) {
     let mut h = Sha256::new();
     let mut read: BTreeMap<PathBuf, Option<Vec<u8>>> = BTreeMap::new();
@@ -587,6 +590,30 @@ fn content_digest(
             bytes.as_deref().unwrap_or_default(),
         );
         read.insert(proto.clone(), bytes);
+    }
+    // Every file the schema's compile opened, imports at any depth included, by import
+    // name. The paths searched before the one it was read from are watched as missing: a
+    // file appearing there would shadow it.
+    for input in protos {
+        let mut content = None;
+        for candidate in &input.candidates {
+            let bytes = match &input.read {
+                Some((path, text)) if path == candidate => Some(text.as_bytes().to_vec()),
+                Some(_) => None,
+                // Not found, or did not parse: what is on disk now.
+                None => std::fs::read(candidate).ok(),
+            };
+            let found = bytes.is_some();
+            read.insert(candidate.clone(), bytes.clone());
+            if found {
+                content = bytes;
+                break;
+            }
+        }
+        match content {
+            Some(bytes) => feed(&format!("proto-file:{}", input.name), &bytes),
+            None => feed(&format!("proto-missing:{}", input.name), b""),
+        }
     }
     for edge in &config.edges {
         for (_, use_) in edge.chain() {
@@ -639,7 +666,10 @@ pub(crate) fn build(
         ConfigSource::File(p) => Some(p.as_path()),
         ConfigSource::Yaml { .. } => None,
     };
-    let (digest, files, fingerprint) = content_digest(&config, &yaml, config_path);
+    // Compiled once for every edge, and before the digest: the digest covers the files the
+    // compile opened (imports included) as it read them.
+    let (schema, protos) = load_schema_with_inputs(&config);
+    let (digest, files, fingerprint) = content_digest(&config, &yaml, config_path, &protos);
     // The watcher compares the files on disk with what this build read, so a write made
     // while the version was being built is not missed.
     *read = Some((files, fingerprint));
@@ -674,8 +704,9 @@ pub(crate) fn build(
         counters: Arc::clone(counters),
         installed: false,
     };
+    let schema = Arc::new(schema?);
     for edge in mine {
-        let loaded = load_edge(&config, &edge.name)?;
+        let loaded = load_edge_with_schema(&config, &edge.name, Arc::clone(&schema))?;
         let layout = in_process_layout(&loaded, options.plan_steps)?;
         for side in [Side::Client, Side::Server] {
             let end = match side {

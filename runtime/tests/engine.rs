@@ -671,3 +671,126 @@ fn inert_response_paths_need_no_response_call() {
     // metrics counts responses.
     assert!(run("echo", Side::Server, options()));
 }
+
+/// A config whose messages live in a proto it reaches only through `import`: `svc.proto`
+/// (listed) imports `common/msgs.proto`, where the firewall's field `user` is field
+/// `user_number`.
+fn imported_messages_dir(user_number: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("svc.proto"),
+        "syntax = \"proto3\";\npackage imp;\nimport \"common/msgs.proto\";\n\
+         service Svc {\n  rpc Call(imp.common.Req) returns (imp.common.Resp);\n}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("common")).unwrap();
+    std::fs::write(
+        dir.path().join("common/msgs.proto"),
+        msgs_proto(user_number),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("weft.yaml"),
+        "protos: [svc.proto]\nedges:\n  frontend->backend:\n    from: frontend\n    to: backend\n\
+         \x20   method: imp.Svc/Call\n    client:\n      - firewall: {field: user, deny: [mallory]}\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn msgs_proto(user_number: u32) -> String {
+    format!(
+        "syntax = \"proto3\";\npackage imp.common;\n\
+         message Req {{\n  string user = {user_number};\n}}\nmessage Resp {{\n  string body = 1;\n}}\n"
+    )
+}
+
+/// A request whose field 3 is "mallory".
+fn mallory_in_field_3() -> Vec<u8> {
+    let mut bytes = vec![0x1a, 7];
+    bytes.extend_from_slice(b"mallory");
+    bytes
+}
+
+fn denied(engine: &Engine) -> bool {
+    let out = engine
+        .process_request(
+            Side::Client,
+            "/imp.Svc/Call",
+            Metadata::new(),
+            mallory_in_field_3(),
+        )
+        .unwrap();
+    matches!(
+        out.verdict,
+        Verdict::Reject {
+            code: Code::PermissionDenied,
+            ..
+        }
+    )
+}
+
+/// Two processes agree on a version only if they compiled the same schema: a proto reached
+/// through `import` alone is part of the digest.
+#[test]
+fn an_imported_proto_is_part_of_the_digest() {
+    let dir = imported_messages_dir(1);
+    let open = || Engine::open(dir.path().join("weft.yaml"), "frontend", options()).unwrap();
+    let before = open().digest();
+    std::fs::write(dir.path().join("common/msgs.proto"), msgs_proto(3)).unwrap();
+    let changed = open().digest();
+    assert_ne!(
+        before, changed,
+        "the imported proto's change left the digest"
+    );
+    // The same files elsewhere: the same digest (import names, not paths, enter it).
+    let elsewhere = imported_messages_dir(3);
+    let there = Engine::open(elsewhere.path().join("weft.yaml"), "frontend", options()).unwrap();
+    assert_eq!(there.digest(), changed);
+}
+
+/// The watcher reloads when an imported proto changes, so the chain reads fields by the new
+/// numbers; a broken import is reported, keeps the running version, and its fix is noticed.
+#[test]
+fn the_watcher_follows_imported_protos() {
+    let dir = imported_messages_dir(1);
+    let opts = EngineOptions {
+        watch_interval: Some(Duration::from_millis(20)),
+        ..options()
+    };
+    let engine = Engine::open(dir.path().join("weft.yaml"), "frontend", opts).unwrap();
+    assert!(!denied(&engine), "field 3 is not `user` yet");
+    let msgs = dir.path().join("common/msgs.proto");
+    replace_file(&msgs, &msgs_proto(3));
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Installed(2)))),
+        "the imported proto's change was not noticed: {:?}",
+        engine.last_watch_result()
+    );
+    assert!(denied(&engine), "the new version reads `user` as field 3");
+    replace_file(
+        &msgs,
+        "syntax = \"proto3\";\nmessage Req {\n  string user = \n",
+    );
+    assert!(
+        watch_result_becomes(&engine, Some(Err(()))),
+        "{:?}",
+        engine.last_watch_result()
+    );
+    let Some(Err(e)) = engine.last_watch_result() else {
+        unreachable!()
+    };
+    assert!(
+        e.contains("msgs.proto"),
+        "the error names the broken file: {e}"
+    );
+    assert_eq!(engine.version(), 2);
+    assert!(denied(&engine), "the running version is kept");
+    replace_file(&msgs, &msgs_proto(1));
+    assert!(
+        watch_result_becomes(&engine, Some(Ok(Reloaded::Installed(3)))),
+        "the fixed import was not noticed: {:?}",
+        engine.last_watch_result()
+    );
+    assert!(!denied(&engine));
+}
