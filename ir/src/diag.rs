@@ -54,6 +54,11 @@ pub const MAX_SOURCE_LEN: usize = 16 * 1024 * 1024;
 impl SourceFile {
     pub fn new(path: impl Into<String>, text: impl Into<String>) -> SourceFile {
         let mut text = text.into();
+        // A byte-order mark, as some editors save UTF-8, is not part of the program: without
+        // it the first line is what the user sees, and columns count from its first letter.
+        if text.starts_with('\u{feff}') {
+            text.drain(..'\u{feff}'.len_utf8());
+        }
         if text.len() > MAX_SOURCE_LEN {
             // Keep spans in range; the lexer reports the truncation as an error.
             let mut cut = MAX_SOURCE_LEN;

@@ -717,6 +717,23 @@ mod tests {
         Tok::Name(s.into())
     }
 
+    /// A file saved with a UTF-8 byte-order mark lexes as the same file without it, with the
+    /// same spans (so carets and columns point where the user looks).
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_program() {
+        let src = "a:\n    b = $\n";
+        let (with, with_diags) = lex(&SourceFile::new("t", format!("\u{feff}{src}")));
+        let (without, without_diags) = lex(&SourceFile::new("t", src));
+        assert!(!without_diags.is_empty(), "`$` is an error in both");
+        assert_eq!(with_diags, without_diags);
+        let spans = |t: &[Token]| {
+            t.iter()
+                .map(|t| (t.tok.clone(), t.span))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(spans(&with), spans(&without));
+    }
+
     #[test]
     fn indentation_produces_indent_and_dedent() {
         use Tok::*;
