@@ -644,6 +644,7 @@ impl Checker<'_> {
         let saved_defined = self.bx().defined.clone();
         let saved_reachable = self.bx().reachable;
         self.bx().push_scope(true);
+        self.check_binder_name(&lambda.params[0]);
         let binder = self.bx().declare_binder(&lambda.params[0].name, vt);
         self.bx().defined.insert(binder);
         self.bx().lambdas.push(LambdaCx {

@@ -140,6 +140,7 @@ impl Checker<'_> {
                 };
                 match binding {
                     Some(b) => {
+                        self.check_binder_name(b);
                         let local = self.bx().declare_hidden(&b.name, inner);
                         (Pattern::Some(Some(local)), Some(b.name.clone()))
                     }
@@ -283,6 +284,7 @@ impl Checker<'_> {
         self.bx().push_scope(true);
         let mut ids = Vec::new();
         for (p, t) in lambda.params.iter().zip(binder_types) {
+            self.check_binder_name(p);
             let id = self.bx().declare_binder(&p.name, t);
             self.bx().defined.insert(id);
             ids.push(id);

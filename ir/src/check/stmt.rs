@@ -278,6 +278,30 @@ impl Checker<'_> {
         Some(local)
     }
 
+    /// A binder (a lambda's parameter, the `x` of `Some(x)`) named like a state variable or
+    /// an element parameter hides it where it is bound: an assignment there changes the
+    /// binder, which is rarely what was meant.
+    pub(super) fn check_binder_name(&mut self, id: &ast::Ident) {
+        let what = if self.state_index.contains_key(&id.name) {
+            "state variable"
+        } else if self.params.iter().any(|p| p.name == id.name) {
+            "parameter"
+        } else {
+            return;
+        };
+        self.warn(
+            id.span,
+            format!(
+                "this binder hides the {what} `{}` where it is bound",
+                id.name
+            ),
+        )
+        .hint = Some(format!(
+            "rename the binder; `{}` here means the binder, not the {what}",
+            id.name
+        ));
+    }
+
     pub(super) fn check_new_name(&mut self, id: &ast::Ident) {
         if BUILTINS.contains(&id.name.as_str()) {
             self.warn(
