@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 
+use unicode_width::UnicodeWidthChar;
+
 /// A byte range in one source file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Span {
@@ -170,19 +172,17 @@ impl Diagnostic {
             .get(line)
             .map_or(file.text.len(), |e| e - 1) as u32;
         let span_end = self.span.end.min(line_end).max(self.span.start);
-        let span_chars = file
+        let span_width: usize = file
             .text
             .get(self.span.start as usize..span_end as usize)
-            .map_or(0, |s| {
-                s.chars().map(|c| if c == '\t' { 4 } else { 1 }).sum()
-            });
+            .map_or(0, |s| s.chars().map(display_width).sum());
         let _ = writeln!(out, "{line:>gutter$} | {shown}");
         let _ = writeln!(
             out,
             "{:gutter$} | {}{}",
             "",
             " ".repeat(caret_at),
-            "^".repeat(span_chars.max(1))
+            "^".repeat(span_width.max(1))
         );
         if let Some(hint) = &self.hint {
             let _ = writeln!(out, "{:gutter$} = hint: {hint}", "");
@@ -191,23 +191,35 @@ impl Diagnostic {
     }
 }
 
-/// Replaces tabs by 4 spaces (the language's tab width) and maps a character column to the
-/// display column of the expanded text.
+/// The columns a character takes on a terminal: a tab 4 (the language's tab width, as the
+/// line is shown with tabs expanded), a wide character (CJK, most emoji) 2, a combining mark
+/// 0, so carets stand under what they point at.
+fn display_width(c: char) -> usize {
+    if c == '\t' {
+        4
+    } else {
+        UnicodeWidthChar::width(c).unwrap_or(0)
+    }
+}
+
+/// Replaces tabs by 4 spaces and maps a character column to the display column of the
+/// expanded text.
 fn expand_tabs(text: &str, col: usize) -> (String, usize) {
     let mut shown = String::with_capacity(text.len());
+    let mut width = 0;
     let mut caret_at = None;
     for (i, c) in text.chars().enumerate() {
         if i == col {
-            caret_at = Some(shown.chars().count());
+            caret_at = Some(width);
         }
         if c == '\t' {
             shown.push_str("    ");
         } else {
             shown.push(c);
         }
+        width += display_width(c);
     }
-    let caret_at = caret_at.unwrap_or_else(|| shown.chars().count());
-    (shown, caret_at)
+    (shown, caret_at.unwrap_or(width))
 }
 
 /// Renders every diagnostic of a file, errors and warnings in source order.
@@ -258,6 +270,18 @@ mod tests {
                         2 |     v = get(rpc, 'usr')\n\
                         \x20 |                  ^^^^^\n\
                         \x20 = hint: did you mean `user`?\n";
+        assert_eq!(out, expected);
+    }
+
+    /// Wide characters take two columns on a terminal: the caret counts them so.
+    #[test]
+    fn render_counts_wide_characters_twice() {
+        let f = SourceFile::new("w.weft", "req(rpc):\n    x = '日本\\q語'\n");
+        let start = f.text.find("\\q").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 2), "unknown escape `\\q`").render(&f);
+        let expected = "w.weft:2:12: error: unknown escape `\\q`\n\
+                        2 |     x = '日本\\q語'\n\
+                        \x20 |              ^^\n";
         assert_eq!(out, expected);
     }
 
