@@ -61,6 +61,9 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 	s *callState, inp *stashed, codec bool, mi *methodInfo, ks *keySet) (any, error) {
 	in := *inp
 	*inp = stashed{}
+	// The bytes the request arrived in stay until the request path has run: a retry below
+	// passes them (requestInto frees them once copied; so does every return before that).
+	defer in.free()
 	m := mi.c
 	// With only the observed keys passed, a request the chain cannot observe (metrics)
 	// is not passed either: neither copied into C memory nor encoded again.
@@ -71,7 +74,6 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 			return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
 		}
 	} else {
-		in.free()
 		s.msg.len = 0
 	}
 	if partial {
@@ -89,12 +91,16 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 		r.serverKeys(mi, true)
 		s.encodeIncoming(ctx)
 		if !passRequest {
-			if err := r.requestInto(s, &in, false, reqMsg); err != nil {
+			// The bytes that arrived, as on the first pass: a request that did not decode
+			// re-encoded from what did would be well-formed, and the chain would run on it.
+			if err := r.requestInto(s, &in, codec, reqMsg); err != nil {
 				return nil, status.Errorf(codes.Internal, "weft: %s: encoding the request: %v", info.FullMethod, err)
 			}
 		}
 		rc = r.runRequest(s, sideServer, m)
 	}
+	// Not kept through the handler.
+	in.free()
 	if rc == rcNoEdge {
 		if in.err != nil {
 			return nil, r.badRequest(info.FullMethod, in.err)

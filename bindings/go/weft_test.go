@@ -322,6 +322,44 @@ func callWithCorruptPayload(t *testing.T, server string) error {
 	return err
 }
 
+// A corrupt request that arrives while the server's cached metadata keys are a version
+// old (a reload in between) is retried with everything passed: the retry must pass the
+// bytes that arrived, not a re-encoding of the half-decoded request, which would be
+// well-formed. Here the new version's whole-message check must refuse it before its rate
+// limiter spends the only token; the next good request then passes.
+func TestACorruptRequestRetriedAfterAReloadIsRefusedBeforeTheChain(t *testing.T) {
+	srt := open(t, edge("echo.Echo/Say", "    server:\n      - metrics\n"), "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	c := dial(t, addr)
+	// A first call fetches the keys of version 1, whose chain observes no request.
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	limited := edge("echo.Echo/Say", `    server:
+      - ratelimit: {capacity: 1, rate: 0.000001}
+      - firewall: {field: user, deny: [mallory]}
+`)
+	if err := srt.ReloadYAML(limited, echoDir); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Field 1 (user) claims 100 bytes and has 2.
+	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
+	var reply []byte
+	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
+	wantCode(t, err, codes.InvalidArgument, "")
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatalf("the corrupt request spent the rate limiter's token: %v", err)
+	}
+	if n := srv.calls.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times, want 2 (the good requests)", n)
+	}
+}
+
 // A reply that does not decode fails the call with INTERNAL, as in grpc-go, and is counted,
 // whether or not the client chain has a response path.
 func TestCorruptReplyIsCounted(t *testing.T) {
