@@ -167,15 +167,29 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
     builder.symbol_lookup_fn(Box::new(host_symbol));
     let mut module = JITModule::new(builder);
     let mut tables = Tables::default();
-    let ids = lower_all(
+    let lowered = lower_all(
         &mut module,
         elements,
         fusion,
         &mut tables,
         Linkage::Local,
         |_, _| Ok(()),
-    )?;
-    module.finalize_definitions()?;
+    )
+    .and_then(|ids| Ok(module.finalize_definitions().map(|()| ids)?));
+    let ids = match lowered {
+        Ok(ids) => ids,
+        Err(e) => {
+            // A `JITModule` does not free its memory when dropped: without this, every
+            // failed compile (a reload that is refused) would leak what it had defined.
+            // SAFETY: no pointer into the module's memory has been taken (that happens only
+            // below, after success), so nothing can call or read what is freed.
+            #[allow(unsafe_code)]
+            unsafe {
+                module.free_memory()
+            };
+            return Err(e);
+        }
+    };
     let mut parts = Vec::with_capacity(ids.len());
     for (range, req, resp) in ids {
         let req = module.get_finalized_function(req);

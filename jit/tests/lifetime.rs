@@ -57,3 +57,20 @@ fn a_running_call_keeps_its_version_until_it_returns() {
     assert!(!run(&current, &new_e, "alice"));
     assert!(run(&current, &new_e, "mallory"));
 }
+
+/// A compile that fails says why and leaves the next compile unaffected (a refused reload is
+/// followed by a good one). That its memory is freed cannot be seen from here; the error
+/// path that frees it is what runs.
+#[test]
+fn a_failed_compile_reports_its_error_and_the_next_one_runs() {
+    for _ in 0..3 {
+        assert!(matches!(
+            compile(&[], Fusion::Fused),
+            Err(weft_jit::JitError::EmptySegment)
+        ));
+    }
+    let fw = firewall("mallory");
+    let c = compile(std::slice::from_ref(&fw.0), Fusion::Fused).unwrap();
+    assert!(!run(&c, &fw, "mallory"), "mallory is denied");
+    assert!(run(&c, &fw, "alice"));
+}
