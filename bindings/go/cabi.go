@@ -40,7 +40,12 @@ static int32_t go_weft_finish(WeftRuntime *rt, WeftCall *c, int32_t rc, char *er
 			rc = weft_call_output(rt, c);
 		}
 	}
-	if (rc != WEFT_OK && rc != WEFT_E_NO_EDGE) go_weft_copy_error(err, errcap);
+	if (rc != WEFT_OK && rc != WEFT_E_NO_EDGE) {
+		go_weft_copy_error(err, errcap);
+	} else if (rc == WEFT_E_NO_EDGE && errcap > 0) {
+		// No error text for this outcome: none of an earlier call's may show through.
+		err[0] = 0;
+	}
 	return rc;
 }
 
@@ -240,8 +245,9 @@ type callState struct {
 
 func newCallState() *callState {
 	m := &callMem{
-		c:   (*C.WeftCall)(C.calloc(1, C.size_t(unsafe.Sizeof(C.WeftCall{})))),
-		err: (*C.char)(C.malloc(errCap)),
+		c: (*C.WeftCall)(C.calloc(1, C.size_t(unsafe.Sizeof(C.WeftCall{})))),
+		// Zeroed: an error text is read only after a failure, but never uninitialised.
+		err: (*C.char)(C.calloc(1, errCap)),
 	}
 	m.msg.reserve(512)
 	m.md.reserve(512)
@@ -341,6 +347,8 @@ func (s *callState) exchange(h *C.WeftRuntime, method cstr, stamp string, age ti
 	s.prepare(method)
 	s.c.rpc = 0
 	s.c.status_code = C.int32_t(code)
+	// The version whose keys shaped these inputs: the library runs no other on them.
+	s.c.metadata_keys_version = C.uint64_t(s.keysVersion)
 	s.st.len = 0
 	if code != 0 {
 		s.c.message_len = 0

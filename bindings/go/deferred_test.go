@@ -3,6 +3,8 @@ package weft_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -18,8 +20,9 @@ import (
 // slowEcho answers Say after running during, as a handler that takes its time.
 type slowEcho struct {
 	echopb.UnimplementedEchoServer
-	during func()
-	calls  atomic.Int64
+	during   func()
+	calls    atomic.Int64
+	servedBy string
 }
 
 func (e *slowEcho) Say(_ context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
@@ -27,7 +30,7 @@ func (e *slowEcho) Say(_ context.Context, req *echopb.SayRequest) (*echopb.SayRe
 	if e.during != nil {
 		e.during()
 	}
-	return &echopb.SayReply{Body: req.GetBody()}, nil
+	return &echopb.SayReply{Body: req.GetBody(), ServedBy: e.servedBy}, nil
 }
 
 func serveSlow(t *testing.T, impl *slowEcho, opts ...grpc.ServerOption) string {
@@ -121,5 +124,77 @@ func TestAReloadDuringADeferredHandlerRunsTheNewRequestPathLate(t *testing.T) {
 	}
 	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A reload during a deferred RPC's handler to a config whose server side has no chain for
+// the method: the RPC passes, as it would have had it arrived after the reload, and so do
+// later RPCs stamped with the old version by a client that has not reloaded.
+func TestAReloadDuringADeferredHandlerThatRemovesTheChainLetsTheRPCPass(t *testing.T) {
+	metricsOnly := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	elsewhere := edge("echo.Echo/SayStream", "    server:\n      - metrics\n")
+	srt := open(t, metricsOnly, "echo")
+	crt := open(t, metricsOnly, "frontend")
+	impl := &slowEcho{}
+	impl.during = func() {
+		if impl.calls.Load() == 1 {
+			if err := srt.ReloadYAML(elsewhere, echoDir); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	for i := 0; i < 3; i++ {
+		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+		if err != nil {
+			t.Fatalf("RPC %d: %v", i, err)
+		}
+		if r.GetBody() != "hi" {
+			t.Fatalf("RPC %d: reply %q", i, r.GetBody())
+		}
+	}
+	if n := impl.calls.Load(); n != 3 {
+		t.Fatalf("handler calls: %d, want 3", n)
+	}
+}
+
+// A reload during a deferred RPC's handler to a version that can wait too but observes more
+// (its response path rewrites the body): the exchange must not run that version on the
+// inputs the old keys shaped (no response message at all), so the RPC takes the two-call
+// path and the caller gets the handler's reply, rewritten, with all its fields.
+func TestAReloadDuringADeferredHandlerToAVersionThatObservesMoreGetsTheWholeResponse(t *testing.T) {
+	dir := t.TempDir()
+	exclaim := "state:\n    pass\n\ninit():\n    pass\n\nreq(rpc):\n    send(rpc, Down)\n\n" +
+		"resp(rpc):\n    set(rpc, 'body', get(rpc, 'body') + '!')\n    send(rpc, Up)\n"
+	if err := os.WriteFile(filepath.Join(dir, "exclaim.weft"), []byte(exclaim), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(server string) string {
+		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
+			"    server:\n" + server
+	}
+	metricsOnly := cfg("      - metrics\n")
+	rewriting := cfg("      - metrics\n      - exclaim\n")
+	srt := open(t, metricsOnly, "echo")
+	crt := open(t, metricsOnly, "frontend")
+	impl := &slowEcho{}
+	impl.during = func() {
+		if impl.calls.Load() == 1 {
+			if err := srt.ReloadYAML(rewriting, dir); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	impl.servedBy = "echo-7"
+	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	for i := 0; i < 2; i++ {
+		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+		if err != nil {
+			t.Fatalf("RPC %d: %v", i, err)
+		}
+		if r.GetBody() != "hi!" || r.GetServedBy() != "echo-7" {
+			t.Fatalf("RPC %d: reply body %q served by %q, want \"hi!\" by \"echo-7\"", i, r.GetBody(), r.GetServedBy())
+		}
 	}
 }

@@ -188,8 +188,11 @@ func (r *Runtime) deferredServer(ctx context.Context, req any, reqMsg proto.Mess
 	resp, err := handler(handlerCtx, req)
 	// The response path sees the keys of the version they came from, like a request's.
 	s.keysVersion = ks.version
+	noChain := false
 	respond := func(code int32, msg string) C.int32_t {
-		return r.runExchange(s, mi.c, stamp, time.Since(arrived), code, msg)
+		rc := r.runExchange(s, mi.c, stamp, time.Since(arrived), code, msg)
+		noChain = rc == rcNoEdge
+		return rc
 	}
 	end := func(err error) {
 		st := statusOf(err)
@@ -198,6 +201,12 @@ func (r *Runtime) deferredServer(ctx context.Context, req any, reqMsg proto.Mess
 		_ = respond(int32(st.Code()), st.Message())
 	}
 	out, oerr := r.serverResponse(handlerCtx, s, info, ks, rec, codec, resp, err, respond, end)
+	if noChain {
+		// A reload since the keys were fetched left this method no server chain: the RPC
+		// passed as it would on the two-call path, and later ones must not be deferred on
+		// the stale keys.
+		r.serverKeys(mi, true)
+	}
 	if oerr != errCannotDefer {
 		return out, oerr
 	}
@@ -229,6 +238,8 @@ func (r *Runtime) serverResponse(ctx context.Context, s *callState, info *grpc.U
 		case rcMetadata:
 			return nil, errCannotDefer
 		default:
+			// A failed library call, or no chain for the method any more (rcNoEdge, after
+			// a reload, on a deferred request path): the handler's error as it is.
 			return nil, err
 		}
 		if s.metadataChanged() {
@@ -269,8 +280,14 @@ func (r *Runtime) serverResponse(ctx context.Context, s *callState, info *grpc.U
 	rec.encode(s)
 	if rc := respond(0, ""); rc != rcOK {
 		out.Free()
-		if rc == rcMetadata {
+		switch rc {
+		case rcMetadata:
 			return nil, errCannotDefer
+		case rcNoEdge:
+			// Only a deferred request path can find no chain here (a reload removed it
+			// since the keys were fetched): nothing ran, and the response passes as it
+			// would without Weft.
+			return resp, nil
 		}
 		return nil, failure(rc, s, "server response "+info.FullMethod)
 	}

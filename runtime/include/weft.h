@@ -171,8 +171,11 @@ int32_t weft_response(struct WeftRuntime *rt, int32_t side, struct WeftCall *cal
 // request arrived, then the response path, and answers as `weft_response` does. `call`
 // holds the response as for `weft_response` (`rpc` is ignored); `stamp` is the request's
 // `weft-version` value, if it had one (`stamp_len` 0 if not). When the version the RPC
-// runs in cannot wait (a reload since `weft_metadata_keys`), returns `WEFT_E_METADATA`
-// and nothing has run: call `weft_request` with the request, then `weft_response`.
+// runs in cannot wait, or is not the one whose keys `metadata_keys_version` names (a reload
+// since `weft_metadata_keys`), returns `WEFT_E_METADATA` and nothing has run: call
+// `weft_request` with the request, then `weft_response`. When it
+// has no server chain for the method at all (a reload removed it), returns
+// `WEFT_E_NO_EDGE`, having run nothing: the response passes as without Weft.
 //
 // # Safety
 // As [`weft_response`]; `stamp` is readable for `stamp_len` bytes.

@@ -640,8 +640,11 @@ pub unsafe extern "C" fn weft_response(
 /// request arrived, then the response path, and answers as `weft_response` does. `call`
 /// holds the response as for `weft_response` (`rpc` is ignored); `stamp` is the request's
 /// `weft-version` value, if it had one (`stamp_len` 0 if not). When the version the RPC
-/// runs in cannot wait (a reload since `weft_metadata_keys`), returns `WEFT_E_METADATA`
-/// and nothing has run: call `weft_request` with the request, then `weft_response`.
+/// runs in cannot wait, or is not the one whose keys `metadata_keys_version` names (a reload
+/// since `weft_metadata_keys`), returns `WEFT_E_METADATA` and nothing has run: call
+/// `weft_request` with the request, then `weft_response`. When it
+/// has no server chain for the method at all (a reload removed it), returns
+/// `WEFT_E_NO_EDGE`, having run nothing: the response passes as without Weft.
 ///
 /// # Safety
 /// As [`weft_response`]; `stamp` is readable for `stamp_len` bytes.
@@ -679,6 +682,19 @@ pub unsafe extern "C" fn weft_server_exchange(
             ),
         };
         let prepared = rt.engine.prepare(Side::Server, input.method, stamp)?;
+        // The caller passed what the keys' version observes (no request message, perhaps no
+        // response, only some headers): another version, even one that can wait too, may
+        // read more, so it must not run on these inputs.
+        if call.metadata_keys_version != 0 && call.metadata_keys_version != prepared.version() {
+            return Err(FfiError {
+                code: WEFT_E_METADATA,
+                message: format!(
+                    "the call holds what version {} observes, but this RPC runs in version {}: run the request path, then the response path",
+                    call.metadata_keys_version,
+                    prepared.version()
+                ),
+            });
+        }
         let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
         let age = Duration::from_nanos(request_age_ns);
         let out = match call.status_code {
