@@ -97,7 +97,18 @@ static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char 
 static int32_t go_weft_records(WeftRuntime *rt, WeftBuf *out, uint64_t *dropped, char *err, size_t errcap) {
 	int32_t rc = weft_records(rt, out, dropped);
 	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_records(rt, out, dropped);
-	if (rc != WEFT_OK) go_weft_copy_error(err, errcap);
+	if (rc == WEFT_E_BUFFER) {
+		// The library sets no error text for a buffer that is too small; only a failed
+		// grow gets here, and it must not read as success with no records.
+		static const char msg[] = "no memory to grow the buffer for the oldest channel record";
+		if (errcap > 0) {
+			size_t n = sizeof msg - 1 < errcap - 1 ? sizeof msg - 1 : errcap - 1;
+			memcpy(err, msg, n);
+			err[n] = 0;
+		}
+	} else if (rc != WEFT_OK) {
+		go_weft_copy_error(err, errcap);
+	}
 	return rc;
 }
 
@@ -110,6 +121,7 @@ static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *bas
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"time"
 	"unsafe"
@@ -469,8 +481,13 @@ func collectRecords(h *C.WeftRuntime, b *recordBuf) ([]byte, uint64, string) {
 	err := (*C.char)(C.malloc(errCap))
 	defer C.free(unsafe.Pointer(err))
 	var dropped C.uint64_t
-	if C.go_weft_records(h, &b.b, &dropped, err, errCap) != rcOK {
-		return nil, uint64(dropped), C.GoString(err)
+	if rc := C.go_weft_records(h, &b.b, &dropped, err, errCap); rc != rcOK {
+		msg := C.GoString(err)
+		if msg == "" {
+			// A failure must never read as "no records".
+			msg = fmt.Sprintf("library returned code %d", int(rc))
+		}
+		return nil, uint64(dropped), msg
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(b.b.ptr)), int(b.b.len)), uint64(dropped), ""
 }
