@@ -325,7 +325,12 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cs.Header()
+	h, err := cs.Header()
+	if err != nil && err != io.EOF {
+		// grpc-go has ended the stream (its contract: a non-EOF error from Header).
+		c.finish(err, nil)
+	}
+	return h, err
 }
 
 func (c *clientStream) Trailer() metadata.MD {
@@ -403,7 +408,7 @@ func (c *clientStream) SendMsg(v any) error {
 	rc := c.r.runRequest(s, sideClient, c.m)
 	if rc == rcNoEdge {
 		c.pending.push(0)
-		return c.send(buf, msg, false, nil, "")
+		return c.sent(c.send(buf, msg, false, nil, ""))
 	}
 	if rc != rcOK {
 		return c.fail(failure(rc, s, "client stream request "+c.name))
@@ -442,7 +447,18 @@ func (c *clientStream) SendMsg(v any) error {
 			c.endWaiting(err, nil)
 		}
 	}
-	return c.send(buf, msg, changed, md, dst)
+	return c.sent(c.send(buf, msg, changed, md, dst))
+}
+
+// sent is SendMsg's outcome once the message was handed on. A non-EOF error means grpc-go
+// has ended the stream (its contract), or the message never left: either way no response
+// will come for the requests waiting, the last one included, so they get the error now, and
+// so do later calls. io.EOF leaves the end to RecvMsg, which reads the stream's status.
+func (c *clientStream) sent(err error) error {
+	if err != nil && err != io.EOF {
+		return c.fail(err)
+	}
+	return err
 }
 
 func (c *clientStream) send(buf mem.BufferSlice, msg proto.Message, rewritten bool, md metadata.MD, dst string) error {
@@ -536,6 +552,11 @@ func (c *clientStream) RecvMsg(v any) error {
 		// grpc-go ends a stream without server streaming at its one response (it has read
 		// the status behind it): the requests still waiting get what the caller gets.
 		c.finish(err, cs.Trailer())
+	} else if err != nil {
+		// A caller takes an error from RecvMsg as the stream's end (grpc-go's contract),
+		// so it ends here: the server sees a cancellation, the requests still waiting get
+		// this error, and later calls return it.
+		return c.fail(err)
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -738,4 +739,54 @@ func serverStreamPairsResponses(t *testing.T, yaml string) {
 		t.Fatalf("the handler saw %d messages, want 2: the last is the cache's", n)
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A caller takes an error from RecvMsg or SendMsg as its stream's end (grpc-go's contract)
+// and walks away: the requests still waiting on the client must then end too, so an element
+// counting requests in flight counts them down, and no handle waits in the library.
+func TestClientStreamErrorsEndTheWaitingRequests(t *testing.T) {
+	dir := t.TempDir()
+	refuse := responseOnly("    send(err('refused', FAILED_PRECONDITION), Up)\n")
+	if err := os.WriteFile(filepath.Join(dir, "refuse.weft"), []byte(refuse), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(client string) string {
+		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n" +
+			"    client:\n" + client
+	}
+	bidi := grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+
+	t.Run("the response path rejects", func(t *testing.T) {
+		crt := open(t, cfg("      - refuse\n"), "frontend")
+		_, addr := serve(t, "echo-0")
+		cs := openSayStream(t, dialConn(t, addr, crt.DialOptions()...), bidi)
+		for _, body := range []string{"one", "two"} {
+			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var reply echopb.SayReply
+		wantCode(t, cs.RecvMsg(&reply), codes.FailedPrecondition, "refused")
+		// The caller stops here; "two" waits no more (reading on would have answered it).
+		waitForNoWaitingRPCs(t, crt, "client")
+		wantCode(t, cs.RecvMsg(&reply), codes.FailedPrecondition, "refused")
+	})
+
+	t.Run("grpc-go refuses a message", func(t *testing.T) {
+		crt := open(t, cfg("      - circuitbreaker: {max_pending: 10}\n"), "frontend")
+		_, addr := serve(t, "echo-0")
+		conn := dialConn(t, addr, crt.DialOptions()...)
+		cs, err := conn.NewStream(ctx(t), &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true},
+			"/echo.Echo/SayStream", grpc.MaxCallSendMsgSize(64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "short"}); err != nil {
+			t.Fatal(err)
+		}
+		big := &echopb.SayRequest{User: "alice", Body: strings.Repeat("x", 200)}
+		wantCode(t, cs.SendMsg(big), codes.ResourceExhausted, "")
+		waitForNoWaitingRPCs(t, crt, "client")
+	})
 }
