@@ -105,8 +105,12 @@ func failure(rc C.int32_t, s *callState, dir string) error {
 func hasWeftCodec(opts []grpc.CallOption) bool {
 	mine := false
 	for _, o := range opts { // the last codec option wins, as in grpc-go
-		if f, ok := o.(grpc.ForceCodecV2CallOption); ok {
+		switch f := o.(type) {
+		case grpc.ForceCodecV2CallOption:
 			_, mine = f.CodecV2.(*Codec)
+		case grpc.ForceCodecCallOption, grpc.CustomCodecCallOption:
+			// A per-call codec of the older interface replaces Weft's as well.
+			mine = false
 		}
 	}
 	return mine

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
@@ -978,5 +979,25 @@ func TestHandlerMetadataPassesAChainThatObservesNone(t *testing.T) {
 	}
 	if got := trailer.Get("x-done"); len(got) != 1 || got[0] != "1" {
 		t.Fatalf("trailer x-done = %q, want [1] (trailer %v)", got, trailer)
+	}
+}
+
+// protoV1 is a codec of grpc-go's older interface, as an application may force per call.
+type protoV1 struct{}
+
+func (protoV1) Name() string                       { return "proto" }
+func (protoV1) Marshal(v any) ([]byte, error)      { return proto.Marshal(v.(proto.Message)) }
+func (protoV1) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+
+// A per-call codec of the older interface replaces Weft's on that call: the interceptor
+// must then pass messages, not Weft's pre-encoded bytes, which that codec cannot marshal.
+func TestAPerCallCodecOfTheOlderInterfaceReplacesWefts(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", "    client:\n      - logging\n"))
+	r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}, grpc.ForceCodec(protoV1{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetBody() != "hi" || srv.calls.Load() != 1 {
+		t.Fatalf("reply %q after %d calls", r.GetBody(), srv.calls.Load())
 	}
 }
