@@ -413,10 +413,16 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
 		err := handler(srv, w)
+		// A receiving goroutine may outlive the handler (grpc-go's RecvMsg returns only
+		// when the stream is done): from here on it neither queues a request nor sends.
+		w.sendMu.Lock()
+		w.ended = true
+		waiting, header := w.pending.drain(), w.header
+		w.sendMu.Unlock()
 		// Requests still waiting get the stream's end as their response: the handler's
 		// error, or OK when it returned nil (docs/go.md, "Streams").
-		for _, rpc := range w.pending.drain() {
-			r.endRPC(sideServer, w.m, rpc, err, w.header)
+		for _, rpc := range waiting {
+			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
 		// Headers the handler set but no message carried go out with the status.
 		w.sendMu.Lock()
@@ -449,7 +455,13 @@ type serverStream struct {
 	// then. Guarded by sendMu.
 	header     metadata.MD
 	headerSent bool
+	// ended: the handler has returned and the requests still waiting were answered with
+	// its status. Guarded by sendMu.
+	ended bool
 }
+
+// errHandlerReturned ends a RecvMsg still running when the handler has returned.
+var errHandlerReturned = status.Error(codes.Canceled, "weft: the stream's handler has returned")
 
 func (w *serverStream) Context() context.Context { return w.ctx }
 
@@ -580,6 +592,10 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		return rejection(s)
 	case verdictReply:
 		w.sendMu.Lock()
+		if w.ended {
+			w.sendMu.Unlock()
+			return errHandlerReturned
+		}
 		if s.metadataChanged() && !w.headerSent {
 			// The reply's own headers (a cached response's) go out with it, in place of
 			// what the handler set under the same keys.
@@ -606,7 +622,15 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		w.r.endRPC(sideServer, w.m, rpc, err, nil)
 		return err
 	}
+	w.sendMu.Lock()
+	if w.ended {
+		// The end's drain has run: this request would wait for ever.
+		w.sendMu.Unlock()
+		w.r.endRPC(sideServer, w.m, rpc, errHandlerReturned, nil)
+		return errHandlerReturned
+	}
 	w.pending.push(rpc)
+	w.sendMu.Unlock()
 	return nil
 }
 

@@ -790,3 +790,43 @@ func TestClientStreamErrorsEndTheWaitingRequests(t *testing.T) {
 		waitForNoWaitingRPCs(t, crt, "client")
 	})
 }
+
+// A goroutine receiving on a server stream may outlive the handler (grpc-go's RecvMsg
+// returns when the stream is done, and may still hand over a message that had arrived).
+// A request it receives then must not wait for ever in the library: its response path runs
+// at once. grpc-go picks between the buffered message and the stream's end at random, so
+// the test tries many streams; `make go-test` runs it under the race detector too.
+func TestConcurrentReceiveAfterTheStreamHandlerReturnedLeavesNothingWaiting(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", "    server:\n      - circuitbreaker: {max_pending: 1000}\n")
+	srt := open(t, yaml, "echo")
+	received := make(chan struct{}, 64)
+	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, func(_ any, stream grpc.ServerStream) error {
+		var first echopb.SayRequest
+		if err := stream.RecvMsg(&first); err != nil {
+			return err
+		}
+		go func() {
+			// After the handler has returned and the interceptor has ended the stream.
+			time.Sleep(5 * time.Millisecond)
+			var late echopb.SayRequest
+			_ = stream.RecvMsg(&late)
+			received <- struct{}{}
+		}()
+		// The second message is on its way, or here, when the handler returns.
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	for i := 0; i < 30; i++ {
+		cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
+		for _, body := range []string{"first", "second"} {
+			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}); err != nil && err != io.EOF {
+				t.Fatal(err)
+			}
+		}
+		var reply echopb.SayReply
+		_ = cs.RecvMsg(&reply) // the handler's end
+		<-received
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
