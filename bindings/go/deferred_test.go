@@ -3,8 +3,6 @@ package weft_test
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -163,17 +161,8 @@ func TestAReloadDuringADeferredHandlerThatRemovesTheChainLetsTheRPCPass(t *testi
 // inputs the old keys shaped (no response message at all), so the RPC takes the two-call
 // path and the caller gets the handler's reply, rewritten, with all its fields.
 func TestAReloadDuringADeferredHandlerToAVersionThatObservesMoreGetsTheWholeResponse(t *testing.T) {
-	dir := t.TempDir()
-	exclaim := "state:\n    pass\n\ninit():\n    pass\n\nreq(rpc):\n    send(rpc, Down)\n\n" +
-		"resp(rpc):\n    set(rpc, 'body', get(rpc, 'body') + '!')\n    send(rpc, Up)\n"
-	if err := os.WriteFile(filepath.Join(dir, "exclaim.weft"), []byte(exclaim), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := func(server string) string {
-		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
-			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
-			"    server:\n" + server
-	}
+	exclaim := responseOnly("    set(rpc, 'body', get(rpc, 'body') + '!')\n    send(rpc, Up)\n")
+	cfg, dir := withElements(t, map[string]string{"exclaim": exclaim}, "echo.Echo/Say", "server")
 	metricsOnly := cfg("      - metrics\n")
 	rewriting := cfg("      - metrics\n      - exclaim\n")
 	srt := open(t, metricsOnly, "echo")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -201,6 +202,24 @@ func openWith(t testing.TB, yaml, service string, opts ...weft.Option) *weft.Run
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	return rt
+}
+
+// withElements writes element sources (file name without .weft → source) to a temporary
+// directory and returns a config builder: the edge frontend->echo over method, with chain
+// (YAML list items) on side, elements found in that directory.
+func withElements(t *testing.T, elements map[string]string, method, side string) (cfg func(chain string) string, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	for name, src := range elements {
+		if err := os.WriteFile(filepath.Join(dir, name+".weft"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(chain string) string {
+		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: " + method + "\n" +
+			"    " + side + ":\n" + chain
+	}, dir
 }
 
 // mesh starts an echo server running the config as "echo" and a client running it as

@@ -745,16 +745,8 @@ func serverStreamPairsResponses(t *testing.T, yaml string) {
 // and walks away: the requests still waiting on the client must then end too, so an element
 // counting requests in flight counts them down, and no handle waits in the library.
 func TestClientStreamErrorsEndTheWaitingRequests(t *testing.T) {
-	dir := t.TempDir()
 	refuse := responseOnly("    send(err('refused', FAILED_PRECONDITION), Up)\n")
-	if err := os.WriteFile(filepath.Join(dir, "refuse.weft"), []byte(refuse), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := func(client string) string {
-		return "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
-			"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/SayStream\n" +
-			"    client:\n" + client
-	}
+	cfg, _ := withElements(t, map[string]string{"refuse": refuse}, "echo.Echo/SayStream", "client")
 	bidi := grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
 
 	t.Run("the response path rejects", func(t *testing.T) {

@@ -297,6 +297,20 @@ func TestCorruptPayloadIsInvalidArgument(t *testing.T) {
 	t.Logf("caller sees: %v", err)
 }
 
+// sendCorruptSay calls echo.Echo/Say at addr, without Weft, with bytes that do not decode:
+// field 1 (user) as a length-delimited string claiming 100 bytes, with 2 present.
+func sendCorruptSay(t *testing.T, addr string) error {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
+	var reply []byte
+	return conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
+}
+
 // callWithCorruptPayload sends bytes that do not decode to a server running the edge's
 // server side, checks the caller gets INVALID_ARGUMENT and the handler never runs, and
 // returns the caller's error.
@@ -304,15 +318,7 @@ func callWithCorruptPayload(t *testing.T, server string) error {
 	t.Helper()
 	srt := open(t, edge("echo.Echo/Say", server), "echo")
 	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// Field 1 (user) as a length-delimited string claiming 100 bytes, with 2 present.
-	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
-	var reply []byte
-	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
+	err := sendCorruptSay(t, addr)
 	wantCode(t, err, codes.InvalidArgument, "")
 	if srv.calls.Load() != 0 {
 		t.Fatal("a corrupt request reached the handler")
@@ -343,16 +349,7 @@ func TestACorruptRequestRetriedAfterAReloadIsRefusedBeforeTheChain(t *testing.T)
 	if err := srt.ReloadYAML(limited, echoDir); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// Field 1 (user) claims 100 bytes and has 2.
-	corrupt := []byte{0x0a, 0x64, 'h', 'i'}
-	var reply []byte
-	err = conn.Invoke(ctx(t), "/echo.Echo/Say", &corrupt, &reply)
-	wantCode(t, err, codes.InvalidArgument, "")
+	wantCode(t, sendCorruptSay(t, addr), codes.InvalidArgument, "")
 	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
 		t.Fatalf("the corrupt request spent the rate limiter's token: %v", err)
 	}

@@ -22,7 +22,9 @@ use weft_hostcalls::Code;
 use weft_hostcalls::text::utf8;
 
 use crate::Side;
-use crate::engine::{self, Engine, Metadata, Rpc, ServerResponse, VERSION_HEADER, Verdict};
+use crate::engine::{
+    self, Engine, Metadata, Prepared, Rpc, ServerResponse, VERSION_HEADER, Verdict,
+};
 use crate::error::EngineError;
 use crate::handles::HandleTable;
 use crate::metadata::{self, Decoded, Keys};
@@ -560,16 +562,7 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         let input = unsafe { read_input(call)? };
         let stamp = metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
         let prepared = rt.engine.prepare(side, input.method, stamp)?;
-        if call.metadata_keys_version != 0 && call.metadata_keys_version != prepared.version() {
-            return Err(FfiError {
-                code: WEFT_E_METADATA,
-                message: format!(
-                    "the metadata holds the keys version {} observes, but this request runs in version {}: pass the complete metadata",
-                    call.metadata_keys_version,
-                    prepared.version()
-                ),
-            });
-        }
+        keys_of_this_version(call, &prepared, "pass the complete metadata")?;
         let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
         let out = rt
             .engine
@@ -682,19 +675,13 @@ pub unsafe extern "C" fn weft_server_exchange(
             ),
         };
         let prepared = rt.engine.prepare(Side::Server, input.method, stamp)?;
-        // The caller passed what the keys' version observes (no request message, perhaps no
-        // response, only some headers): another version, even one that can wait too, may
-        // read more, so it must not run on these inputs.
-        if call.metadata_keys_version != 0 && call.metadata_keys_version != prepared.version() {
-            return Err(FfiError {
-                code: WEFT_E_METADATA,
-                message: format!(
-                    "the call holds what version {} observes, but this RPC runs in version {}: run the request path, then the response path",
-                    call.metadata_keys_version,
-                    prepared.version()
-                ),
-            });
-        }
+        // Without the request message, perhaps without the response, with only some headers:
+        // another version, even one that can wait too, may read more.
+        keys_of_this_version(
+            call,
+            &prepared,
+            "run the request path, then the response path",
+        )?;
         let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
         let age = Duration::from_nanos(request_age_ns);
         let out = match call.status_code {
@@ -709,6 +696,23 @@ pub unsafe extern "C" fn weft_server_exchange(
         let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
         engine::recycle(out.verdict);
         rc
+    })
+}
+
+/// `WEFT_E_METADATA` when the call's inputs were shaped by the keys of another version than
+/// the one the RPC runs in (`metadata_keys_version`, 0 when complete): that version may
+/// observe what the caller left out, so nothing runs on them. `then` says what to do.
+fn keys_of_this_version(call: &WeftCall, prepared: &Prepared, then: &str) -> Result<(), FfiError> {
+    let keys = call.metadata_keys_version;
+    if keys == 0 || keys == prepared.version() {
+        return Ok(());
+    }
+    Err(FfiError {
+        code: WEFT_E_METADATA,
+        message: format!(
+            "the call holds what version {keys} observes, but this RPC runs in version {}: {then}",
+            prepared.version()
+        ),
     })
 }
 
