@@ -91,23 +91,31 @@ func TestADeferredRequestPathMeasuresFromArrival(t *testing.T) {
 	}
 }
 
+// reloadDuringFirstHandler serves Say with the server running from and a client of the same
+// config, and reloads the server to to (elements under baseDir) while the first call's
+// handler runs. The handler's replies are served by "echo-7".
+func reloadDuringFirstHandler(t *testing.T, from, to, baseDir string) (echopb.EchoClient, *slowEcho) {
+	t.Helper()
+	srt := open(t, from, "echo")
+	crt := open(t, from, "frontend")
+	impl := &slowEcho{servedBy: "echo-7"}
+	impl.during = func() {
+		if impl.calls.Load() == 1 {
+			if err := srt.ReloadYAML(to, baseDir); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	return dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...), impl
+}
+
 // A reload during a deferred RPC's handler to a version whose request path cannot wait: the
 // RPC runs in the new version, its request path late, after the handler (docs/go.md,
 // "Deferred request paths"), so the new firewall still decides what the caller gets.
 func TestAReloadDuringADeferredHandlerRunsTheNewRequestPathLate(t *testing.T) {
 	metricsOnly := edge("echo.Echo/Say", "    server:\n      - metrics\n")
 	guarded := edge("echo.Echo/Say", "    server:\n      - metrics\n      - firewall: {field: user, deny: [mallory]}\n")
-	srt := open(t, metricsOnly, "echo")
-	crt := open(t, metricsOnly, "frontend")
-	impl := &slowEcho{}
-	impl.during = func() {
-		if impl.calls.Load() == 1 {
-			if err := srt.ReloadYAML(guarded, echoDir); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	c, impl := reloadDuringFirstHandler(t, metricsOnly, guarded, echoDir)
 	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
 	wantCode(t, err, codes.PermissionDenied, "")
 	if n := impl.calls.Load(); n != 1 {
@@ -131,17 +139,7 @@ func TestAReloadDuringADeferredHandlerRunsTheNewRequestPathLate(t *testing.T) {
 func TestAReloadDuringADeferredHandlerThatRemovesTheChainLetsTheRPCPass(t *testing.T) {
 	metricsOnly := edge("echo.Echo/Say", "    server:\n      - metrics\n")
 	elsewhere := edge("echo.Echo/SayStream", "    server:\n      - metrics\n")
-	srt := open(t, metricsOnly, "echo")
-	crt := open(t, metricsOnly, "frontend")
-	impl := &slowEcho{}
-	impl.during = func() {
-		if impl.calls.Load() == 1 {
-			if err := srt.ReloadYAML(elsewhere, echoDir); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	c, impl := reloadDuringFirstHandler(t, metricsOnly, elsewhere, echoDir)
 	for i := 0; i < 3; i++ {
 		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
 		if err != nil {
@@ -163,20 +161,7 @@ func TestAReloadDuringADeferredHandlerThatRemovesTheChainLetsTheRPCPass(t *testi
 func TestAReloadDuringADeferredHandlerToAVersionThatObservesMoreGetsTheWholeResponse(t *testing.T) {
 	exclaim := responseOnly("    set(rpc, 'body', get(rpc, 'body') + '!')\n    send(rpc, Up)\n")
 	cfg, dir := withElements(t, map[string]string{"exclaim": exclaim}, "echo.Echo/Say", "server")
-	metricsOnly := cfg("      - metrics\n")
-	rewriting := cfg("      - metrics\n      - exclaim\n")
-	srt := open(t, metricsOnly, "echo")
-	crt := open(t, metricsOnly, "frontend")
-	impl := &slowEcho{}
-	impl.during = func() {
-		if impl.calls.Load() == 1 {
-			if err := srt.ReloadYAML(rewriting, dir); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	impl.servedBy = "echo-7"
-	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	c, _ := reloadDuringFirstHandler(t, cfg("      - metrics\n"), cfg("      - metrics\n      - exclaim\n"), dir)
 	for i := 0; i < 2; i++ {
 		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
 		if err != nil {
