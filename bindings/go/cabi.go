@@ -15,14 +15,17 @@ package weft
 // thread, and a goroutine may move to another thread between two cgo calls, so it must be
 // read inside the same call that failed.
 
-static void go_weft_copy_error(char *err, size_t cap) {
-	const char *e = weft_last_error();
+// go_weft_put_error copies text (NULL: none) into err, cut to cap.
+static void go_weft_put_error(char *err, size_t cap, const char *text) {
 	if (cap == 0) return;
-	if (e == NULL) { err[0] = 0; return; }
-	size_t n = strlen(e);
+	size_t n = text == NULL ? 0 : strlen(text);
 	if (n >= cap) n = cap - 1;
-	memcpy(err, e, n);
+	if (n > 0) memcpy(err, text, n); // never with a NULL text
 	err[n] = 0;
+}
+
+static void go_weft_copy_error(char *err, size_t cap) {
+	go_weft_put_error(err, cap, weft_last_error());
 }
 
 static int go_weft_grow(WeftBuf *b) {
@@ -40,11 +43,11 @@ static int32_t go_weft_finish(WeftRuntime *rt, WeftCall *c, int32_t rc, char *er
 			rc = weft_call_output(rt, c);
 		}
 	}
-	if (rc != WEFT_OK && rc != WEFT_E_NO_EDGE) {
-		go_weft_copy_error(err, errcap);
-	} else if (rc == WEFT_E_NO_EDGE && errcap > 0) {
+	if (rc == WEFT_E_NO_EDGE) {
 		// No error text for this outcome: none of an earlier call's may show through.
-		err[0] = 0;
+		go_weft_put_error(err, errcap, NULL);
+	} else if (rc != WEFT_OK) {
+		go_weft_copy_error(err, errcap);
 	}
 	return rc;
 }
@@ -100,12 +103,7 @@ static int32_t go_weft_records(WeftRuntime *rt, WeftBuf *out, uint64_t *dropped,
 	if (rc == WEFT_E_BUFFER) {
 		// The library sets no error text for a buffer that is too small; only a failed
 		// grow gets here, and it must not read as success with no records.
-		static const char msg[] = "no memory to grow the buffer for the oldest channel record";
-		if (errcap > 0) {
-			size_t n = sizeof msg - 1 < errcap - 1 ? sizeof msg - 1 : errcap - 1;
-			memcpy(err, msg, n);
-			err[n] = 0;
-		}
+		go_weft_put_error(err, errcap, "no memory to grow the buffer for the oldest channel record");
 	} else if (rc != WEFT_OK) {
 		go_weft_copy_error(err, errcap);
 	}

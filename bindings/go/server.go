@@ -418,16 +418,14 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		w.sendMu.Lock()
 		w.ended = true
 		waiting, header := w.pending.drain(), w.header
+		// Headers the handler set but no message carried go out with the status.
+		ferr := w.flushHeader()
 		w.sendMu.Unlock()
 		// Requests still waiting get the stream's end as their response: the handler's
 		// error, or OK when it returned nil (docs/go.md, "Streams").
 		for _, rpc := range waiting {
 			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
-		// Headers the handler set but no message carried go out with the status.
-		w.sendMu.Lock()
-		ferr := w.flushHeader()
-		w.sendMu.Unlock()
 		if err == nil {
 			err = ferr
 		}

@@ -175,7 +175,10 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         Linkage::Local,
         |_, _| Ok(()),
     )
-    .and_then(|ids| Ok(module.finalize_definitions().map(|()| ids)?));
+    .and_then(|ids| {
+        module.finalize_definitions()?;
+        Ok(ids)
+    });
     let ids = match lowered {
         Ok(ids) => ids,
         Err(e) => {
