@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
+use weft_hostcalls::channel::{ChannelRecord, ChannelSink, Name};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::{self, SeededRng};
 use weft_hostcalls::{Code, Message, Value, VirtualClock};
@@ -142,10 +142,10 @@ impl Firewall {
     }
 }
 
-/// The names its records carry are made once, as the executors intern theirs.
+/// The names its records carry are interned once, as the executors intern theirs.
 pub struct Logging {
-    element: Arc<str>,
-    channel: Arc<str>,
+    element: Name,
+    channel: Name,
 }
 
 impl Default for Logging {
@@ -160,8 +160,8 @@ impl Default for Logging {
 impl Logging {
     pub fn log(&mut self, msg: &Arc<Message>, cx: &mut Cx<'_>) {
         cx.channels.emit(ChannelRecord {
-            element: Arc::clone(&self.element),
-            channel: Arc::clone(&self.channel),
+            element: self.element,
+            channel: self.channel,
             rpc_id: cx.rpc_id,
             time: cx.clock.now(),
             value: Value::Msg(Arc::clone(msg)),
@@ -173,8 +173,8 @@ pub struct Metrics {
     pub total: i64,
     pub failed: i64,
     start: HashMap<u64, f64>,
-    element: Arc<str>,
-    channel: Arc<str>,
+    element: Name,
+    channel: Name,
 }
 
 impl Default for Metrics {
@@ -202,8 +202,8 @@ impl Metrics {
         if let Some(start) = self.start.remove(&cx.rpc_id) {
             let now = cx.clock.now();
             cx.channels.emit(ChannelRecord {
-                element: Arc::clone(&self.element),
-                channel: Arc::clone(&self.channel),
+                element: self.element,
+                channel: self.channel,
                 rpc_id: cx.rpc_id,
                 time: now,
                 value: Value::Float(now - start),

@@ -4,19 +4,86 @@
 //! Emitting never affects the RPC, so a sink only collects; where records go is the runtime's
 //! choice.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Mutex, PoisonError};
 
 use crate::value::Value;
 
-/// One value an element emitted on one of its channels.
+/// An element or channel name as records carry it: interned in a process-wide table the
+/// first time it is made, and copied as a pointer after that.
 ///
-/// The names are shared (`Arc<str>`): an emitter keeps them interned, so a record costs two
-/// reference-count increments rather than two string allocations.
+/// `Arc<str>` names cost a locked increment and a locked decrement per name per record; with
+/// three records per RPC those were a fifth of the fused benchmark chain's time
+/// (docs/benchmarks.md). Interned names are never freed. They come from configs and element
+/// files (one per element instance and per declared channel), so the table grows only when
+/// an operator adds a name. (The `ustr` crate does the same, but reserves 12 MiB of tables
+/// in every process that links the runtime.)
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(&'static str);
+
+impl Name {
+    pub fn new(name: &str) -> Name {
+        static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+        // The set is complete after every insert, so a panic elsewhere cannot leave it wrong.
+        let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&interned) = names.get(name) {
+            return Name(interned);
+        }
+        let interned: &'static str = Box::leak(name.into());
+        names.insert(interned);
+        Name(interned)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl From<&str> for Name {
+    fn from(name: &str) -> Name {
+        Name::new(name)
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// One value an element emitted on one of its channels.
 #[derive(Clone, Debug)]
 pub struct ChannelRecord {
     /// The element instance that emitted it.
-    pub element: Arc<str>,
-    pub channel: Arc<str>,
+    pub element: Name,
+    pub channel: Name,
     /// The RPC being processed when the value was emitted.
     pub rpc_id: u64,
     /// The executor's clock ([`crate::clock::Clock::now`]) at the emit.
@@ -64,6 +131,17 @@ mod tests {
             time: 1.5,
             value,
         }
+    }
+
+    #[test]
+    fn a_name_is_interned_once() {
+        let a = Name::new("interned-once");
+        let b = Name::from(String::from("interned-once").as_str());
+        assert_eq!(a, b);
+        assert!(std::ptr::eq(a.as_str(), b.as_str()), "one copy of the text");
+        assert_ne!(a, Name::new("interned-twice"));
+        assert_eq!(a, "interned-once");
+        assert_eq!(format!("{a} {a:?}"), "interned-once \"interned-once\"");
     }
 
     #[test]

@@ -534,8 +534,8 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let name = self.element.record_channel(*channel);
                 let name = name.ok_or_else(|| RuntimeError::Type(format!("channel {channel}")))?;
                 self.host.channels.emit(ChannelRecord {
-                    element: Arc::clone(self.element.record_element()),
-                    channel: Arc::clone(name),
+                    element: self.element.record_element(),
+                    channel: name,
                     rpc_id: self.rpc.id,
                     time: self.host.clock.now(),
                     value: v,

@@ -7,8 +7,8 @@
 //! parameters are constants.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
+use weft_hostcalls::channel::Name;
 use weft_hostcalls::state::{CellKind, Combiner, Consistency};
 use weft_hostcalls::{Code, Value};
 
@@ -46,15 +46,15 @@ pub struct Element {
 
 #[derive(Clone, Debug)]
 pub(crate) struct RecordNames {
-    element: Arc<str>,
-    channels: Vec<Arc<str>>,
+    element: Name,
+    channels: Vec<Name>,
 }
 
 impl RecordNames {
     pub(crate) fn new(element: &str, channels: &[String]) -> Self {
         RecordNames {
-            element: element.into(),
-            channels: channels.iter().map(|c| Arc::from(c.as_str())).collect(),
+            element: Name::from(element),
+            channels: channels.iter().map(|c| Name::from(c.as_str())).collect(),
         }
     }
 }
@@ -67,18 +67,18 @@ impl Element {
 
     /// Renames the element (its channel records follow).
     pub fn set_name(&mut self, name: String) {
-        self.record_names.element = Arc::from(name.as_str());
+        self.record_names.element = Name::from(name.as_str());
         self.name = name;
     }
 
     /// The element's name as its channel records carry it.
-    pub fn record_element(&self) -> &Arc<str> {
-        &self.record_names.element
+    pub fn record_element(&self) -> Name {
+        self.record_names.element
     }
 
     /// A channel's name as records carry it.
-    pub fn record_channel(&self, channel: ChannelId) -> Option<&Arc<str>> {
-        self.record_names.channels.get(channel)
+    pub fn record_channel(&self, channel: ChannelId) -> Option<Name> {
+        self.record_names.channels.get(channel).copied()
     }
 
     pub fn var(&self, name: &str) -> Option<VarId> {

@@ -1184,9 +1184,8 @@ fn record(
     let channel = usize::try_from(chan)
         .ok()
         .and_then(|c| e.record_channel(c))
-        .cloned()
         .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
-    let element = Arc::clone(e.record_element());
+    let element = e.record_element();
     let time = f.host.clock.now();
     let rpc_id = f.rpc.id;
     f.host.channels.emit(ChannelRecord {
