@@ -262,7 +262,9 @@ type clientStream struct {
 // endWaiting gives every request still waiting the stream's end as its response: err's
 // status (OK for a clean end) and the stream's trailers when known (docs/go.md, "Streams").
 func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
-	for _, rpc := range c.pending.drain() {
+	// The client's queue holds no replies: local replies wait in a queue of their own.
+	waiting, _ := c.pending.drain()
+	for _, rpc := range waiting {
 		c.r.endRPC(sideClient, c.m, rpc, err, trailer)
 	}
 }

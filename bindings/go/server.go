@@ -6,6 +6,8 @@ package weft
 import "C"
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -402,7 +404,8 @@ func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		w := &serverStream{ServerStream: ss, r: r, name: info.FullMethod, m: r.method(info.FullMethod), codec: codec}
+		w := &serverStream{ServerStream: ss, r: r, name: info.FullMethod, m: r.method(info.FullMethod), codec: codec,
+			oneReply: !info.IsClientStream || !info.IsServerStream}
 		w.ctx = ss.Context()
 		if md, ok := metadata.FromIncomingContext(w.ctx); ok {
 			w.md = md
@@ -417,7 +420,24 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		// when the stream is done): from here on it neither queues a request nor sends.
 		w.sendMu.Lock()
 		w.ended = true
-		waiting, header := w.pending.drain(), w.header
+		waiting, held := w.pending.closeAndDrain()
+		// The chain decided how the stream ends when it rejected a message (whatever the
+		// handler made of that), or answered the stream's one request or its one response.
+		switch over := w.over.get(); {
+		case over == errAnsweredStream:
+			err = nil
+		case over != nil:
+			err = over
+		}
+		// Replies the chain made to messages after ones the handler never answered: late,
+		// but they are the answers to those messages.
+		var herr error
+		for _, h := range held {
+			if herr == nil {
+				herr = w.sendHeld(h)
+			}
+		}
+		header := w.header
 		// Headers the handler set but no message carried go out with the status.
 		ferr := w.flushHeader()
 		w.sendMu.Unlock()
@@ -427,7 +447,7 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
 		if err == nil {
-			err = ferr
+			err = cmp.Or(herr, ferr)
 		}
 		return err
 	}
@@ -456,7 +476,35 @@ type serverStream struct {
 	// ended: the handler has returned and the requests still waiting were answered with
 	// its status. Guarded by sendMu.
 	ended bool
+	// oneReply: the method has one request or one response (it is not bidirectional), so
+	// a reply the chain makes is the stream's only reply and ends it.
+	oneReply bool
+	over     streamEnd
 }
+
+// streamEnd is how the chain ended a stream, which RecvMsg keeps returning and the stream's
+// status becomes: a message's rejection, or errAnsweredStream. It has a lock of its own so
+// that receiving never waits for a send that flow control holds up.
+type streamEnd struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *streamEnd) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+func (e *streamEnd) set(err error) {
+	e.mu.Lock()
+	e.err = err
+	e.mu.Unlock()
+}
+
+// errAnsweredStream is what RecvMsg returns, and a later SendMsg, once the chain has sent the
+// one reply of a stream that has one request or one response; the stream then ends OK.
+var errAnsweredStream = status.Error(codes.Canceled, "weft: the chain answered this stream")
 
 // errHandlerReturned ends a RecvMsg still running when the handler has returned.
 var errHandlerReturned = status.Error(codes.Canceled, "weft: the stream's handler has returned")
@@ -528,6 +576,9 @@ func (w *serverStream) RecvMsg(v any) error {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", w.name, v)
 	}
 	for {
+		if err := w.over.get(); err != nil {
+			return err
+		}
 		s := getCall()
 		err := w.recvOne(s, msg)
 		putCall(s)
@@ -579,7 +630,9 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 				return err
 			}
 		}
-		w.pending.push(0)
+		if !w.pending.push(0) {
+			return errHandlerReturned
+		}
 		return nil
 	}
 	if rc != rcOK {
@@ -587,27 +640,12 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 	}
 	switch s.verdict() {
 	case verdictReject:
-		return rejection(s)
+		// The stream's status is the rejection, even if the handler reads on.
+		err := rejection(s)
+		w.over.set(err)
+		return err
 	case verdictReply:
-		w.sendMu.Lock()
-		if w.ended {
-			w.sendMu.Unlock()
-			return errHandlerReturned
-		}
-		if s.metadataChanged() && !w.headerSent {
-			// The reply's own headers (a cached response's) go out with it, in place of
-			// what the handler set under the same keys.
-			w.header = w.header.Copy()
-			for k, vs := range s.decodeMD(s.outMetadata()) {
-				w.header[k] = vs
-			}
-		}
-		err := w.sendBytes(s.outMessage(), msg)
-		w.sendMu.Unlock()
-		if err != nil {
-			return err
-		}
-		return errAnswered
+		return w.reply(s)
 	}
 	rpc := s.rpcHandle()
 	var err error
@@ -620,16 +658,64 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 		w.r.endRPC(sideServer, w.m, rpc, err, nil)
 		return err
 	}
-	w.sendMu.Lock()
-	if w.ended {
+	if !w.pending.push(rpc) {
 		// The end's drain has run: this request would wait for ever.
-		w.sendMu.Unlock()
 		w.r.endRPC(sideServer, w.m, rpc, errHandlerReturned, nil)
 		return errHandlerReturned
 	}
-	w.pending.push(rpc)
-	w.sendMu.Unlock()
 	return nil
+}
+
+// reply sends the reply the chain made to a received message, in its place among the
+// responses: while the handler still owes responses to earlier messages, the reply waits
+// in the queue behind them (the client pairs responses with its messages in order). On a
+// stream with one request or one response, the reply is the stream's answer: the handler's
+// RecvMsg gets errAnsweredStream, and the stream ends OK.
+func (w *serverStream) reply(s *callState) error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	if w.ended {
+		return errHandlerReturned
+	}
+	var header metadata.MD
+	if s.metadataChanged() {
+		header = s.decodeMD(s.outMetadata()).Copy()
+	}
+	h := heldReply{msg: bytes.Clone(s.outMessage()), header: header}
+	if w.oneReply {
+		if err := w.sendHeld(h); err != nil {
+			w.over.set(err)
+			return err
+		}
+		w.over.set(errAnsweredStream)
+		return errAnsweredStream
+	}
+	if w.pending.hold(h) {
+		return errAnswered
+	}
+	if err := w.sendHeld(h); err != nil {
+		return err
+	}
+	return errAnswered
+}
+
+// sendHeld sends a reply of the chain's. Called with sendMu held.
+func (w *serverStream) sendHeld(h heldReply) error {
+	if h.header != nil && !w.headerSent {
+		// The reply's own headers (a cached response's) go out with it, in place of what
+		// the handler set under the same keys.
+		w.header = w.header.Copy()
+		for k, vs := range h.header {
+			w.header[k] = vs
+		}
+	}
+	return w.sendBytes(h.msg)
+}
+
+// heldReply is a reply the chain made, waiting for its turn.
+type heldReply struct {
+	msg    []byte
+	header metadata.MD
 }
 
 // decodeRequest decodes bytes a caller sent; bytes that do not decode are the caller's error.
@@ -648,10 +734,8 @@ func (r *Runtime) badRequest(method string, err error) error {
 	return status.Errorf(codes.InvalidArgument, "weft: %s: the request is not a valid protobuf message: %v", method, err)
 }
 
-// sendBytes sends a message the chain produced. like is any message of the stream's types,
-// used to find the response type when Weft's codec is not installed. Called with sendMu
-// held.
-func (w *serverStream) sendBytes(b []byte, like proto.Message) error {
+// sendBytes sends a message the chain produced. Called with sendMu held.
+func (w *serverStream) sendBytes(b []byte) error {
 	if err := w.flushHeader(); err != nil {
 		return err
 	}
@@ -676,6 +760,36 @@ func (w *serverStream) SendMsg(v any) error {
 	}
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
+	if w.over.get() == errAnsweredStream {
+		// The chain sent the stream's one reply; grpc-go would refuse a second.
+		return errAnsweredStream
+	}
+	if err := w.sendLeadingHeld(); err != nil {
+		return err
+	}
+	if err := w.sendOne(v, msg); err != nil {
+		return err
+	}
+	// Replies the chain made to the messages after this one's, now their turn.
+	return w.sendLeadingHeld()
+}
+
+// sendLeadingHeld sends the chain's replies waiting at the head of the queue. Called with
+// sendMu held.
+func (w *serverStream) sendLeadingHeld() error {
+	for {
+		h, ok := w.pending.nextHeld()
+		if !ok {
+			return nil
+		}
+		if err := w.sendHeld(h); err != nil {
+			return err
+		}
+	}
+}
+
+// sendOne sends a response of the handler's through the chain. Called with sendMu held.
+func (w *serverStream) sendOne(v any, msg proto.Message) error {
 	rpc := w.pending.pop()
 	if rpc == 0 {
 		if err := w.flushHeader(); err != nil {
@@ -705,14 +819,17 @@ func (w *serverStream) SendMsg(v any) error {
 	switch s.verdict() {
 	case verdictReject:
 		out.Free()
-		return rejection(s)
+		// As a rejected request does, this ends the stream with the chain's status.
+		err := rejection(s)
+		w.over.set(err)
+		return err
 	case verdictReply:
 		out.Free()
-		return w.sendBytes(s.outMessage(), msg)
+		return w.sendBytes(s.outMessage())
 	}
 	if s.messageChanged() {
 		out.Free()
-		return w.sendBytes(s.outMessage(), msg)
+		return w.sendBytes(s.outMessage())
 	}
 	if err := w.flushHeader(); err != nil {
 		out.Free()
@@ -730,37 +847,47 @@ func (w *serverStream) SendMsg(v any) error {
 // other side and waits for its response: its rpc handle, or 0 when it has no response path
 // (no edge, or a chain with nothing to do on the response). The other side answers every
 // message, so those must keep their place, or a later request would be paired with an
-// earlier one's response once a reload changes which messages have handles. SendMsg and
+// earlier one's response once a reload changes which messages have handles. On the server,
+// a reply the chain made waits in it too, behind the responses owed before it. SendMsg and
 // RecvMsg may run on two goroutines at once.
 type handleQueue struct {
 	mu sync.Mutex
 	q  []handleRun
+	// closed: drained at the stream's end; nothing more is queued.
+	closed bool
 }
 
 // handleRun is one handle, or with rpc 0 a run of n requests without one, so a stream whose
 // requests run far ahead of its responses (client streaming) without handles queues nothing
-// per message.
+// per message; or a held reply of the chain's (n 0).
 type handleRun struct {
-	rpc uint64
-	n   int
+	rpc  uint64
+	n    int
+	held *heldReply
 }
 
-func (h *handleQueue) push(rpc uint64) {
+// push queues a request; false once the queue is closed (closeAndDrain).
+func (h *handleQueue) push(rpc uint64) bool {
 	h.mu.Lock()
-	if last := len(h.q) - 1; rpc == 0 && last >= 0 && h.q[last].rpc == 0 {
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	if last := len(h.q) - 1; rpc == 0 && last >= 0 && h.q[last].rpc == 0 && h.q[last].held == nil {
 		h.q[last].n++
 	} else {
 		h.q = append(h.q, handleRun{rpc: rpc, n: 1})
 	}
-	h.mu.Unlock()
+	return true
 }
 
 // pop takes the oldest entry: the handle of the request a response answers, 0 if it has
-// none (or the other side answers more messages than it was sent).
+// none (or the other side answers more messages than it was sent). The caller has sent
+// the held replies at the head first.
 func (h *handleQueue) pop() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.q) == 0 {
+	if len(h.q) == 0 || h.q[0].held != nil {
 		return 0
 	}
 	rpc := h.q[0].rpc
@@ -770,18 +897,54 @@ func (h *handleQueue) pop() uint64 {
 	return rpc
 }
 
-// drain takes every handle still waiting.
-func (h *handleQueue) drain() []uint64 {
+// hold queues a reply behind the responses still owed, and tells whether any is; when none
+// is, the reply goes out at once instead.
+func (h *handleQueue) hold(r heldReply) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.q) == 0 {
+		return false
+	}
+	h.q = append(h.q, handleRun{held: &r})
+	return true
+}
+
+// nextHeld takes the held reply at the head of the queue, if one is there.
+func (h *handleQueue) nextHeld() (heldReply, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.q) == 0 || h.q[0].held == nil {
+		return heldReply{}, false
+	}
+	r := *h.q[0].held
+	h.q = h.q[1:]
+	return r, true
+}
+
+// closeAndDrain is drain at a server stream's end: nothing is queued after it.
+func (h *handleQueue) closeAndDrain() ([]uint64, []heldReply) {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	return h.drain()
+}
+
+// drain takes every handle still waiting, and every held reply.
+func (h *handleQueue) drain() ([]uint64, []heldReply) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var rpcs []uint64
+	var held []heldReply
 	for _, e := range h.q {
-		if e.rpc != 0 {
+		switch {
+		case e.held != nil:
+			held = append(held, *e.held)
+		case e.rpc != 0:
 			rpcs = append(rpcs, e.rpc)
 		}
 	}
 	h.q = nil
-	return rpcs
+	return rpcs, held
 }
 
 // headerRecorder stands in for grpc-go's stream while a unary handler runs: it keeps the
