@@ -1,6 +1,7 @@
 package weft
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -246,8 +247,10 @@ type clientStream struct {
 
 	pending handleQueue
 
-	mu    sync.Mutex // SendMsg and RecvMsg may run on two goroutines
-	local [][]byte   // local replies not yet received
+	mu sync.Mutex // SendMsg and RecvMsg may run on two goroutines
+	// early: a message the server sent, received while a local reply was due before it;
+	// the next RecvMsg returns it. Only RecvMsg touches it (one goroutine at a time).
+	early *earlyResponse
 	// answered: the chain answered a message itself. Until some message goes to the
 	// server, ending the sending side then opens no stream (errAnsweredLocally).
 	answered bool
@@ -262,9 +265,7 @@ type clientStream struct {
 // endWaiting gives every request still waiting the stream's end as its response: err's
 // status (OK for a clean end) and the stream's trailers when known (docs/go.md, "Streams").
 func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
-	// The client's queue holds no replies: local replies wait in a queue of their own.
-	waiting, _ := c.pending.drain()
-	for _, rpc := range waiting {
+	for _, rpc := range c.pending.drain() {
 		c.r.endRPC(sideClient, c.m, rpc, err, trailer)
 	}
 }
@@ -419,8 +420,10 @@ func (c *clientStream) SendMsg(v any) error {
 	case verdictReject:
 		return c.fail(rejection(s))
 	case verdictReply:
+		// The reply takes the message's place: the caller reads it after the responses
+		// the server owes to earlier messages.
+		c.pending.queueReply(heldReply{msg: bytes.Clone(s.outMessage())})
 		c.mu.Lock()
-		c.local = append(c.local, append([]byte(nil), s.outMessage()...))
 		c.answered = true
 		if s.metadataChanged() && c.localHeader == nil {
 			c.localHeader = s.decodeMD(s.outMetadata()).Copy()
@@ -503,20 +506,10 @@ func (c *clientStream) RecvMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
-	c.mu.Lock()
-	if len(c.local) > 0 {
-		b := c.local[0]
-		c.local = c.local[1:]
-		c.mu.Unlock()
-		err := unmarshalInto(b, msg, "the chain's local reply")
-		if !c.desc.ServerStreams {
-			// The one response of a call without server streaming: the call is over, as
-			// after a response from the server. A stream opened for earlier messages is
-			// cancelled, and their requests get the caller's outcome.
-			c.finish(err, nil)
-		}
-		return err
+	if h, ok := c.pending.nextHeld(); ok {
+		return c.localReply(h, msg)
 	}
+	c.mu.Lock()
 	failed := c.failed
 	c.mu.Unlock()
 	if failed != nil {
@@ -533,21 +526,32 @@ func (c *clientStream) RecvMsg(v any) error {
 	}
 	s := getCall()
 	defer putCall(s)
-	if c.codec {
-		s.raw.buf = nil
-		err = cs.RecvMsg(&s.raw)
+	if early := c.early; early != nil {
+		c.early = nil
+		early.restore(s, msg)
 	} else {
-		err = cs.RecvMsg(msg)
-	}
-	if err != nil {
-		c.mu.Lock()
-		if c.failed != nil {
-			err = c.failed
+		if c.codec {
+			s.raw.buf = nil
+			err = cs.RecvMsg(&s.raw)
+		} else {
+			err = cs.RecvMsg(msg)
 		}
-		c.mu.Unlock()
-		// grpc-go has ended the stream: its trailers are read.
-		c.finish(err, cs.Trailer())
-		return err
+		if err != nil {
+			c.mu.Lock()
+			if c.failed != nil {
+				err = c.failed
+			}
+			c.mu.Unlock()
+			// grpc-go has ended the stream: its trailers are read.
+			c.finish(err, cs.Trailer())
+			return err
+		}
+		// While this RecvMsg waited, the chain answered a message sent before the one
+		// this responds to: that reply comes first.
+		if h, ok := c.pending.nextHeld(); ok {
+			c.early = keepEarly(s, msg, c.codec)
+			return c.localReply(h, msg)
+		}
 	}
 	err = c.response(cs, s, msg)
 	if !c.desc.ServerStreams {
@@ -561,6 +565,44 @@ func (c *clientStream) RecvMsg(v any) error {
 		return c.fail(err)
 	}
 	return err
+}
+
+// localReply hands the caller a reply the chain made.
+func (c *clientStream) localReply(h heldReply, msg proto.Message) error {
+	err := unmarshalInto(h.msg, msg, "the chain's local reply")
+	if !c.desc.ServerStreams {
+		// The one response of a call without server streaming: the call is over, as after
+		// a response from the server. A stream opened for earlier messages is cancelled,
+		// and their requests get the caller's outcome.
+		c.finish(err, nil)
+	}
+	return err
+}
+
+// earlyResponse is a message from the server kept for the next RecvMsg: its bytes with
+// Weft's codec, else the decoded message.
+type earlyResponse struct {
+	raw mem.BufferSlice
+	msg proto.Message
+}
+
+func keepEarly(s *callState, msg proto.Message, codec bool) *earlyResponse {
+	if codec {
+		e := &earlyResponse{raw: s.raw.buf}
+		s.raw.buf = nil
+		return e
+	}
+	return &earlyResponse{msg: proto.Clone(msg)}
+}
+
+// restore puts the message back where RecvMsg would have received it.
+func (e *earlyResponse) restore(s *callState, msg proto.Message) {
+	if e.msg == nil {
+		s.raw.buf = e.raw
+		return
+	}
+	proto.Reset(msg)
+	proto.Merge(msg, e.msg)
 }
 
 // response runs the chain over a message received from the server, as the response to the

@@ -909,6 +909,14 @@ func (h *handleQueue) hold(r heldReply) bool {
 	return true
 }
 
+// queueReply queues a reply behind everything queued (the client hands it to the caller in
+// that place).
+func (h *handleQueue) queueReply(r heldReply) {
+	h.mu.Lock()
+	h.q = append(h.q, handleRun{held: &r})
+	h.mu.Unlock()
+}
+
 // nextHeld takes the held reply at the head of the queue, if one is there.
 func (h *handleQueue) nextHeld() (heldReply, bool) {
 	h.mu.Lock()
@@ -921,30 +929,37 @@ func (h *handleQueue) nextHeld() (heldReply, bool) {
 	return r, true
 }
 
-// closeAndDrain is drain at a server stream's end: nothing is queued after it.
+// closeAndDrain is a server stream's end: it takes every handle still waiting and every
+// held reply, and nothing is queued after it.
 func (h *handleQueue) closeAndDrain() ([]uint64, []heldReply) {
+	rpcs := h.drain()
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.closed = true
-	h.mu.Unlock()
-	return h.drain()
+	var held []heldReply
+	for _, e := range h.q {
+		held = append(held, *e.held)
+	}
+	h.q = nil
+	return rpcs, held
 }
 
-// drain takes every handle still waiting, and every held reply.
-func (h *handleQueue) drain() ([]uint64, []heldReply) {
+// drain takes every handle still waiting; held replies stay, in order.
+func (h *handleQueue) drain() []uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var rpcs []uint64
-	var held []heldReply
+	kept := h.q[:0]
 	for _, e := range h.q {
 		switch {
 		case e.held != nil:
-			held = append(held, *e.held)
+			kept = append(kept, e)
 		case e.rpc != 0:
 			rpcs = append(rpcs, e.rpc)
 		}
 	}
-	h.q = nil
-	return rpcs, held
+	h.q = kept
+	return rpcs
 }
 
 // headerRecorder stands in for grpc-go's stream while a unary handler runs: it keeps the

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -223,4 +224,68 @@ func TestServerStreamRejectionEndsTheStreamWhateverTheHandlerDoes(t *testing.T) 
 		wantCode(t, err, codes.PermissionDenied, "acl")
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// On the client, a local reply takes its message's place among the server's responses too,
+// with Weft's codec (DialOptions) and without it (the interceptor alone).
+func TestClientStreamLocalReplyComesInItsMessagesPlace(t *testing.T) {
+	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
+		"codec": (*weft.Runtime).DialOptions,
+		"interceptor": func(rt *weft.Runtime) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithStreamInterceptor(rt.StreamClientInterceptor())}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+			_, addr := serve(t, "echo-0")
+			conn := dialConn(t, addr, opts(crt)...)
+			send := func(cs grpc.ClientStream, bodies ...string) {
+				t.Helper()
+				for _, b := range bodies {
+					if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			first := openSayStream(t, conn, bidi)
+			send(first, "cached")
+			closeAndExpect(t, first, "cached")
+
+			// Everything sent before anything is read.
+			second := openSayStream(t, conn, bidi)
+			send(second, "one", "cached", "two", "cached")
+			closeAndExpect(t, second, "one", "cached", "two", "cached")
+
+			// A reader already waiting for the server when the chain answers: the server's
+			// response to the next message reaches it first, and waits for the next call.
+			third := openSayStream(t, conn, bidi)
+			got := make(chan string, 4)
+			go func() {
+				defer close(got)
+				for {
+					var reply echopb.SayReply
+					if err := third.RecvMsg(&reply); err != nil {
+						if err != io.EOF {
+							got <- err.Error()
+						}
+						return
+					}
+					got <- reply.GetBody()
+				}
+			}()
+			time.Sleep(50 * time.Millisecond) // let the reader block
+			send(third, "cached", "three")
+			if err := third.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			var order []string
+			for b := range got {
+				order = append(order, b)
+			}
+			if strings.Join(order, ",") != "cached,three" {
+				t.Fatalf("the reader got %v, want [cached three]", order)
+			}
+			waitForNoWaitingRPCs(t, crt, "client")
+		})
+	}
 }
