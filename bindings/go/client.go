@@ -251,6 +251,11 @@ type clientStream struct {
 	// early: a message the server sent, received while a local reply was due before it;
 	// the next RecvMsg returns it. Only RecvMsg touches it (one goroutine at a time).
 	early *earlyResponse
+	// answer: on a call without server streaming, the chain's reply, which is the call's
+	// one response. over: how the stream ended for the caller, which later RecvMsg calls
+	// return. Both guarded by mu.
+	answer []byte
+	over   error
 	// answered: the chain answered a message itself. Until some message goes to the
 	// server, ending the sending side then opens no stream (errAnsweredLocally).
 	answered bool
@@ -420,10 +425,18 @@ func (c *clientStream) SendMsg(v any) error {
 	case verdictReject:
 		return c.fail(rejection(s))
 	case verdictReply:
-		// The reply takes the message's place: the caller reads it after the responses
-		// the server owes to earlier messages.
-		c.pending.queueReply(heldReply{msg: bytes.Clone(s.outMessage())})
+		reply := bytes.Clone(s.outMessage())
+		if c.desc.ServerStreams {
+			// The reply takes the message's place: the caller reads it after the
+			// responses the server owes to earlier messages.
+			c.pending.queueReply(heldReply{msg: reply})
+		}
 		c.mu.Lock()
+		if !c.desc.ServerStreams && c.answer == nil && c.over == nil {
+			// The one response of a call without server streaming: the next RecvMsg
+			// returns it and ends the call.
+			c.answer = reply
+		}
 		c.answered = true
 		if s.metadataChanged() && c.localHeader == nil {
 			c.localHeader = s.decodeMD(s.outMetadata()).Copy()
@@ -506,20 +519,29 @@ func (c *clientStream) RecvMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
-	if h, ok := c.pending.nextHeld(); ok {
-		return c.localReply(h, msg)
-	}
 	c.mu.Lock()
-	failed := c.failed
+	answer, over, failed := c.answer, c.over, c.failed
+	c.answer = nil
 	c.mu.Unlock()
+	if answer != nil {
+		return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
+	}
+	if over != nil {
+		return over
+	}
 	if failed != nil {
+		c.early.free()
+		c.early = nil
 		return failed
+	}
+	if h, ok := c.pending.nextHeld(); ok {
+		return unmarshalInto(h.msg, msg, "the chain's local reply")
 	}
 
 	cs, err := c.stream(nil, "")
 	if err == errAnsweredLocally {
 		c.finish(nil, nil)
-		return io.EOF
+		return c.end(io.EOF)
 	}
 	if err != nil {
 		return err
@@ -528,6 +550,11 @@ func (c *clientStream) RecvMsg(v any) error {
 	defer putCall(s)
 	if early := c.early; early != nil {
 		c.early = nil
+		if err := c.ctx.Err(); err != nil {
+			// The caller cancelled the stream: grpc-go would not hand it anything more.
+			early.free()
+			return c.end(statusOf(err).Err())
+		}
 		early.restore(s, msg)
 	} else {
 		if c.codec {
@@ -544,21 +571,38 @@ func (c *clientStream) RecvMsg(v any) error {
 			c.mu.Unlock()
 			// grpc-go has ended the stream: its trailers are read.
 			c.finish(err, cs.Trailer())
+			c.end(err)
+			if err == io.EOF {
+				// A clean end after messages the chain answered: their replies first.
+				if h, ok := c.pending.nextHeld(); ok {
+					return unmarshalInto(h.msg, msg, "the chain's local reply")
+				}
+			}
 			return err
 		}
 		// While this RecvMsg waited, the chain answered a message sent before the one
-		// this responds to: that reply comes first.
+		// this responds to: that reply comes first. Without server streaming it is the
+		// call's one response, and the server's goes unread.
+		if !c.desc.ServerStreams {
+			c.mu.Lock()
+			answer := c.answer
+			c.answer = nil
+			c.mu.Unlock()
+			if answer != nil {
+				keepEarly(s, msg, c.codec).free()
+				return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
+			}
+		}
 		if h, ok := c.pending.nextHeld(); ok {
 			c.early = keepEarly(s, msg, c.codec)
-			return c.localReply(h, msg)
+			return unmarshalInto(h.msg, msg, "the chain's local reply")
 		}
 	}
 	err = c.response(cs, s, msg)
 	if !c.desc.ServerStreams {
-		// grpc-go ends a stream without server streaming at its one response (it has read
-		// the status behind it): the requests still waiting get what the caller gets.
-		c.finish(err, cs.Trailer())
-	} else if err != nil {
+		return c.oneResponse(err, cs.Trailer())
+	}
+	if err != nil {
 		// A caller takes an error from RecvMsg as the stream's end (grpc-go's contract),
 		// so it ends here: the server sees a cancellation, the requests still waiting get
 		// this error, and later calls return it.
@@ -567,15 +611,21 @@ func (c *clientStream) RecvMsg(v any) error {
 	return err
 }
 
-// localReply hands the caller a reply the chain made.
-func (c *clientStream) localReply(h heldReply, msg proto.Message) error {
-	err := unmarshalInto(h.msg, msg, "the chain's local reply")
-	if !c.desc.ServerStreams {
-		// The one response of a call without server streaming: the call is over, as after
-		// a response from the server. A stream opened for earlier messages is cancelled,
-		// and their requests get the caller's outcome.
-		c.finish(err, nil)
-	}
+// oneResponse ends a call without server streaming at its one response, the server's or
+// the chain's, as grpc-go ends it (it has read the status behind it): the requests still
+// waiting get what the caller gets, a stream opened for earlier messages is cancelled, and
+// later calls return io.EOF.
+func (c *clientStream) oneResponse(err error, trailer metadata.MD) error {
+	c.finish(err, trailer)
+	c.end(io.EOF)
+	return err
+}
+
+// end records how the stream ended for the caller, and returns it.
+func (c *clientStream) end(err error) error {
+	c.mu.Lock()
+	c.over = err
+	c.mu.Unlock()
 	return err
 }
 
@@ -593,6 +643,14 @@ func keepEarly(s *callState, msg proto.Message, codec bool) *earlyResponse {
 		return e
 	}
 	return &earlyResponse{msg: proto.Clone(msg)}
+}
+
+// free releases what the message holds (nothing without Weft's codec). Nil-safe.
+func (e *earlyResponse) free() {
+	if e != nil && e.raw != nil {
+		e.raw.Free()
+		e.raw = nil
+	}
 }
 
 // restore puts the message back where RecvMsg would have received it.

@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -420,7 +419,9 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		// when the stream is done): from here on it neither queues a request nor sends.
 		w.sendMu.Lock()
 		w.ended = true
-		waiting, held := w.pending.closeAndDrain()
+		// Replies the chain made still wait behind responses the handler never sent: sent
+		// now, the client would pair them with those messages, so they are dropped.
+		waiting := w.pending.closeAndDrain()
 		// The chain decided how the stream ends when it rejected a message (whatever the
 		// handler made of that), or answered the stream's one request or its one response.
 		switch over := w.over.get(); {
@@ -428,14 +429,6 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			err = nil
 		case over != nil:
 			err = over
-		}
-		// Replies the chain made to messages after ones the handler never answered: late,
-		// but they are the answers to those messages.
-		var herr error
-		for _, h := range held {
-			if herr == nil {
-				herr = w.sendHeld(h)
-			}
 		}
 		header := w.header
 		// Headers the handler set but no message carried go out with the status.
@@ -447,7 +440,7 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
 		if err == nil {
-			err = cmp.Or(herr, ferr)
+			err = ferr
 		}
 		return err
 	}
@@ -480,6 +473,11 @@ type serverStream struct {
 	// a reply the chain makes is the stream's only reply and ends it.
 	oneReply bool
 	over     streamEnd
+	// sent: a message went out, the handler's or the chain's. sendOver: the chain
+	// rejected a response, which ends the stream: later SendMsg calls return it. Both
+	// guarded by sendMu.
+	sent     bool
+	sendOver error
 }
 
 // streamEnd is how the chain ended a stream, which RecvMsg keeps returning and the stream's
@@ -496,9 +494,12 @@ func (e *streamEnd) get() error {
 	return e.err
 }
 
+// set records err unless the stream already ended: the first end is the stream's.
 func (e *streamEnd) set(err error) {
 	e.mu.Lock()
-	e.err = err
+	if e.err == nil {
+		e.err = err
+	}
 	e.mu.Unlock()
 }
 
@@ -672,26 +673,33 @@ func (w *serverStream) recvOne(s *callState, msg proto.Message) error {
 // stream with one request or one response, the reply is the stream's answer: the handler's
 // RecvMsg gets errAnsweredStream, and the stream ends OK.
 func (w *serverStream) reply(s *callState) error {
-	w.sendMu.Lock()
-	defer w.sendMu.Unlock()
-	if w.ended {
-		return errHandlerReturned
-	}
 	var header metadata.MD
 	if s.metadataChanged() {
 		header = s.decodeMD(s.outMetadata()).Copy()
 	}
 	h := heldReply{msg: bytes.Clone(s.outMessage()), header: header}
+	// Queued without sendMu, so that receiving does not wait for a send that flow control
+	// holds up: a response owed before this one flushes it after its own send.
+	if !w.oneReply && w.pending.hold(h) {
+		return errAnswered
+	}
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	if w.ended {
+		return errHandlerReturned
+	}
 	if w.oneReply {
+		if w.sent {
+			// The handler has sent the stream's one response already; a second would be
+			// refused by the client. The message is answered, and the handler reads on.
+			return errAnswered
+		}
 		if err := w.sendHeld(h); err != nil {
 			w.over.set(err)
 			return err
 		}
 		w.over.set(errAnsweredStream)
 		return errAnsweredStream
-	}
-	if w.pending.hold(h) {
-		return errAnswered
 	}
 	if err := w.sendHeld(h); err != nil {
 		return err
@@ -739,6 +747,7 @@ func (w *serverStream) sendBytes(b []byte) error {
 	if err := w.flushHeader(); err != nil {
 		return err
 	}
+	w.sent = true
 	if w.codec {
 		out := rawMessage{buf: copyOut(b), transfer: true}
 		return w.ServerStream.SendMsg(&out)
@@ -763,6 +772,9 @@ func (w *serverStream) SendMsg(v any) error {
 	if w.over.get() == errAnsweredStream {
 		// The chain sent the stream's one reply; grpc-go would refuse a second.
 		return errAnsweredStream
+	}
+	if w.sendOver != nil {
+		return w.sendOver
 	}
 	if err := w.sendLeadingHeld(); err != nil {
 		return err
@@ -790,6 +802,7 @@ func (w *serverStream) sendLeadingHeld() error {
 
 // sendOne sends a response of the handler's through the chain. Called with sendMu held.
 func (w *serverStream) sendOne(v any, msg proto.Message) error {
+	w.sent = true
 	rpc := w.pending.pop()
 	if rpc == 0 {
 		if err := w.flushHeader(); err != nil {
@@ -819,9 +832,11 @@ func (w *serverStream) sendOne(v any, msg proto.Message) error {
 	switch s.verdict() {
 	case verdictReject:
 		out.Free()
-		// As a rejected request does, this ends the stream with the chain's status.
+		// As a rejected request does, this ends the stream with the chain's status, and
+		// nothing more is sent: the client would pair it with the rejected response.
 		err := rejection(s)
 		w.over.set(err)
+		w.sendOver = err
 		return err
 	case verdictReply:
 		out.Free()
@@ -902,7 +917,7 @@ func (h *handleQueue) pop() uint64 {
 func (h *handleQueue) hold(r heldReply) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.q) == 0 {
+	if len(h.q) == 0 || h.closed {
 		return false
 	}
 	h.q = append(h.q, handleRun{held: &r})
@@ -929,25 +944,25 @@ func (h *handleQueue) nextHeld() (heldReply, bool) {
 	return r, true
 }
 
-// closeAndDrain is a server stream's end: it takes every handle still waiting and every
-// held reply, and nothing is queued after it.
-func (h *handleQueue) closeAndDrain() ([]uint64, []heldReply) {
-	rpcs := h.drain()
+// closeAndDrain is a server stream's end: it takes every handle still waiting, drops the
+// held replies, and nothing is queued after it.
+func (h *handleQueue) closeAndDrain() []uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	var held []heldReply
-	for _, e := range h.q {
-		held = append(held, *e.held)
-	}
+	rpcs := h.drainLocked()
 	h.q = nil
-	return rpcs, held
+	return rpcs
 }
 
 // drain takes every handle still waiting; held replies stay, in order.
 func (h *handleQueue) drain() []uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.drainLocked()
+}
+
+func (h *handleQueue) drainLocked() []uint64 {
 	var rpcs []uint64
 	kept := h.q[:0]
 	for _, e := range h.q {

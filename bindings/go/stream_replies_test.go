@@ -2,6 +2,7 @@ package weft_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -288,4 +289,298 @@ func TestClientStreamLocalReplyComesInItsMessagesPlace(t *testing.T) {
 			waitForNoWaitingRPCs(t, crt, "client")
 		})
 	}
+}
+
+func sendBodies(t *testing.T, cs grpc.ClientStream, bodies ...string) {
+	t.Helper()
+	for _, b := range bodies {
+		if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// recvAll reads cs to its end: the reply bodies, and the stream's error (nil at io.EOF).
+func recvAll(cs grpc.ClientStream) ([]string, error) {
+	var out []string
+	for {
+		var r echopb.SayReply
+		if err := cs.RecvMsg(&r); err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return out, err
+		}
+		out = append(out, r.GetBody())
+	}
+}
+
+// A reply the chain made that still waits behind a message the handler never answered
+// when the stream ends is dropped: sent, the client would pair it with that message.
+func TestServerStreamDropsARepliesStillWaitingAtItsEnd(t *testing.T) {
+	srt := serverCache(t)
+	var answer atomic.Bool
+	answer.Store(true)
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if answer.Load() {
+				if err := stream.SendMsg(&echopb.SayReply{Body: req.GetBody()}); err != nil {
+					return err
+				}
+			}
+		}
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+	answer.Store(false)
+	second := openSayStream(t, conn, bidi)
+	sendBodies(t, second, "one", "cached")
+	if err := second.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvAll(second); len(got) != 0 || err != nil {
+		t.Fatalf("got %v, %v; want nothing: the handler answered neither message", got, err)
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A client-streaming handler that sends its response before the stream ends has answered
+// the stream: a later local reply is not sent as a second response.
+func TestClientStreamingHandlerThatAnsweredEarlyKeepsTheOnlyResponse(t *testing.T) {
+	srt := serverCache(t)
+	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true}, func(_ any, stream grpc.ServerStream) error {
+		sent := false
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !sent {
+				sent = true
+				if err := stream.SendMsg(&echopb.SayReply{Body: "early:" + req.GetBody()}); err != nil {
+					return err
+				}
+			}
+		}
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	call := func(want string, bodies ...string) {
+		t.Helper()
+		cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true})
+		sendBodies(t, cs, bodies...)
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var r echopb.SayReply
+		if err := cs.RecvMsg(&r); err != nil || r.GetBody() != want {
+			t.Fatalf("%v: got %v, %v; want %q", bodies, &r, err, want)
+		}
+	}
+	call("early:a", "a") // cached for "a"
+	call("early:y", "y", "a")
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A response the server's chain rejects ends the stream: the handler's later responses are
+// not sent (the client would pair them with the rejected one's message).
+func TestServerStreamResponseRejectionEndsTheStream(t *testing.T) {
+	refuse := responseOnly("    if get(rpc, 'body') == 'bad':\n        send(err('refused', FAILED_PRECONDITION), Up)\n    else:\n        send(rpc, Up)\n")
+	cfg, _ := withElements(t, map[string]string{"refuse": refuse}, "echo.Echo/SayStream", "server")
+	srt := open(t, cfg("      - refuse\n"), "echo")
+	var sendErrs []error
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		var bodies []string
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			bodies = append(bodies, req.GetBody())
+		}
+		for _, b := range bodies {
+			sendErrs = append(sendErrs, stream.SendMsg(&echopb.SayReply{Body: b}))
+		}
+		return nil
+	}, srt.ServerOptions()...)
+	cs := openSayStream(t, dialConn(t, addr), bidi)
+	sendBodies(t, cs, "bad", "two")
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvAll(cs)
+	if len(got) != 0 {
+		t.Fatalf("%v went out after the response to \"bad\" was rejected", got)
+	}
+	wantCode(t, err, codes.FailedPrecondition, "refused")
+	if len(sendErrs) != 2 {
+		t.Fatalf("the handler's SendMsg calls returned %v", sendErrs)
+	}
+	for _, err := range sendErrs {
+		wantCode(t, err, codes.FailedPrecondition, "refused")
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A handler receiving on one goroutine and sending on another, while flow control holds up
+// its sends (the client sends everything before it reads): a message the cache answers is
+// queued without waiting for the held-up send, so receiving goes on and the stream ends.
+func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
+	srt := serverCache(t)
+	window := []grpc.ServerOption{grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535)}
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		bodies := make(chan string, 1000)
+		done := make(chan error, 1)
+		go func() {
+			for b := range bodies {
+				if err := stream.SendMsg(&echopb.SayReply{Body: b}); err != nil {
+					done <- err
+					for range bodies {
+					}
+					return
+				}
+			}
+			done <- nil
+		}()
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err != nil {
+				close(bodies)
+				if err == io.EOF {
+					return <-done
+				}
+				return err
+			}
+			bodies <- req.GetBody()
+		}
+	}, append(srt.ServerOptions(), window...)...)
+	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
+	big := func(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
+	for i := range 10 {
+		cs := openSayStream(t, conn, bidi)
+		sendBodies(t, cs, big("cached", i))
+		closeAndExpect(t, cs, big("cached", i))
+	}
+	cs := openSayStream(t, conn, bidi)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range 10 {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: big("new", i)}) != nil {
+				return
+			}
+		}
+		for i := range 10 {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: big("cached", i)}) != nil {
+				return
+			}
+		}
+		_ = cs.CloseSend()
+	}()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client cannot finish sending: the server stopped receiving")
+	}
+	got, err := recvAll(cs)
+	if err != nil || len(got) != 20 {
+		t.Fatalf("got %d replies, %v; want 20", len(got), err)
+	}
+	for i, b := range got {
+		prefix := "new"
+		if i >= 10 {
+			prefix = "cached"
+		}
+		if b != big(prefix, i%10) {
+			t.Fatalf("reply %d is %.12q…, want %s%d…", i, b, prefix, i%10)
+		}
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A reader already waiting for the server when the chain answers the last message: the
+// local reply comes before the stream's end.
+func TestClientStreamLocalReplyComesBeforeTheServersEnd(t *testing.T) {
+	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
+		"codec": (*weft.Runtime).DialOptions,
+		"interceptor": func(rt *weft.Runtime) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithStreamInterceptor(rt.StreamClientInterceptor())}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+			_, addr := serve(t, "echo-0")
+			conn := dialConn(t, addr, opts(crt)...)
+			first := openSayStream(t, conn, bidi)
+			sendBodies(t, first, "cached")
+			closeAndExpect(t, first, "cached")
+
+			second := openSayStream(t, conn, bidi)
+			got := make(chan []string, 1)
+			go func() {
+				replies, err := recvAll(second)
+				if err != nil {
+					replies = append(replies, err.Error())
+				}
+				got <- replies
+			}()
+			time.Sleep(50 * time.Millisecond) // let the reader block
+			sendBodies(t, second, "cached")
+			if err := second.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if replies := <-got; strings.Join(replies, ",") != "cached" {
+				t.Fatalf("the reader got %v, want [cached] then the end", replies)
+			}
+			var r echopb.SayReply
+			if err := second.RecvMsg(&r); err != io.EOF {
+				t.Fatalf("after the end, RecvMsg returns %v, %v; want io.EOF", &r, err)
+			}
+			waitForNoWaitingRPCs(t, crt, "client")
+		})
+	}
+}
+
+// A client-streaming call has one response: the chain's reply to a later message is it,
+// and the call is over (later RecvMsg calls return io.EOF).
+func TestClientStreamingCallEndsAtTheChainsReply(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+
+	collector := dialConn(t, serveCollector(t, nil), crt.DialOptions()...)
+	cs := openSayStream(t, collector, grpc.StreamDesc{ClientStreams: true})
+	sendBodies(t, cs, "one", "cached")
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var r echopb.SayReply
+	if err := cs.RecvMsg(&r); err != nil || r.GetBody() != "cached" {
+		t.Fatalf("the call's response is %v, %v; want the chain's \"cached\"", &r, err)
+	}
+	if err := cs.RecvMsg(&r); err != io.EOF {
+		t.Fatalf("a second RecvMsg returns %v, %v; want io.EOF", &r, err)
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
 }
