@@ -495,6 +495,12 @@ func cString(s string) *C.char { return C.CString(s) }
 func closeRuntime(h *C.WeftRuntime)          { C.weft_close(h) }
 func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) }
 
+// versionWord is the library's word holding the active version's number; it stays valid for
+// the life of the process, after Close too.
+func versionWord(h *C.WeftRuntime) *uint64 {
+	return (*uint64)(unsafe.Pointer(C.weft_version_word(h)))
+}
+
 func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }
 
 // libraryCounters reads the library's counters; zero if the call fails, which it only does

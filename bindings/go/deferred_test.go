@@ -172,3 +172,28 @@ func TestAReloadDuringADeferredHandlerToAVersionThatObservesMoreGetsTheWholeResp
 		}
 	}
 }
+
+// A reload between RPCs to a version whose request path cannot wait: the next request,
+// stamped with the old version by a client that has not reloaded, is not deferred, so the
+// new firewall stops it before the handler. The binding reads the library's version word on
+// each RPC; before, it learnt of a reload only from a call's answer, and this request's
+// handler ran first.
+func TestAReloadBetweenRPCsAppliesTheNewRequestPolicyAtOnce(t *testing.T) {
+	metricsOnly := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	guarded := edge("echo.Echo/Say", "    server:\n      - metrics\n      - firewall: {field: user, deny: [mallory]}\n")
+	srt := open(t, metricsOnly, "echo")
+	crt := open(t, metricsOnly, "frontend")
+	impl := &slowEcho{servedBy: "echo-7"}
+	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srt.ReloadYAML(guarded, echoDir); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1: mallory's request reached the handler", n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,6 +46,13 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	in, codec := requestBytes.take(reqMsg)
 	mi := r.methodInfo(info.FullMethod)
 	ks := r.serverKeys(mi, false)
+	if ks != nil && ks.version != 0 && ks.version != atomic.LoadUint64(r.version) {
+		// A reload since the keys were fetched: what the new version observes, and whether
+		// its request path may wait, are its own. Without this check a request stamped with
+		// the old version would be deferred until some call's answer told of the reload,
+		// and its handler would run before the new version's request policy.
+		ks = r.serverKeys(mi, true)
+	}
 	if ks != nil && ks.deferRequest && in.err == nil {
 		// Only for a request stamped with the version the keys came from: a stamp that
 		// differs names another version (or the keys are stale), whose request path may not

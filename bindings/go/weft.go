@@ -45,6 +45,9 @@ type Runtime struct {
 	h       *C.WeftRuntime
 	path    string
 	service string
+	// version: the library's word holding its active version's number, read atomically; it
+	// changes with every reload, the library's file watcher's included. Valid after Close.
+	version *uint64
 
 	methods atomic.Pointer[map[string]*methodInfo]
 	methMu  sync.Mutex
@@ -163,7 +166,7 @@ func OpenYAML(yaml, baseDir, service string, opts ...Option) (*Runtime, error) {
 }
 
 func newRuntime(h *C.WeftRuntime, path, service string, o options) *Runtime {
-	r := &Runtime{h: h, path: path, service: service}
+	r := &Runtime{h: h, path: path, service: service, version: versionWord(h)}
 	empty := map[string]*methodInfo{}
 	r.methods.Store(&empty)
 	r.startRecords(o)

@@ -233,6 +233,18 @@ int32_t weft_metadata_keys(const struct WeftRuntime *rt,
 // `rt` is NULL or a live runtime.
 uint64_t weft_version(const struct WeftRuntime *rt);
 
+// The address of a word holding the active version's install number (as `weft_version`
+// returns it), updated by every install, reloads by the file watcher included: a binding
+// that caches what a version told it (`weft_metadata_keys`) reads it with an atomic load
+// on each RPC to notice a reload without a library call. The word stays valid for the
+// life of the process, after `weft_close` too (it then keeps the last version's number);
+// call this once per runtime, since each call keeps one more reference to it. NULL for
+// NULL.
+//
+// # Safety
+// `rt` is NULL or a live runtime.
+const uint64_t *weft_version_word(const struct WeftRuntime *rt);
+
 // The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
 // requests waiting for their response. A count that only grows points at calls whose end
 // never reaches the runtime. 0 for NULL.

@@ -407,6 +407,9 @@ pub(crate) struct Inner {
     install_lock: Mutex<()>,
     counters: Arc<VersionCounters>,
     next_install: AtomicU64,
+    /// The current version's install number, for bindings that check it without a call
+    /// ([`Engine::version_word`]).
+    installed: Arc<AtomicU64>,
     next_rpc: AtomicU64,
     /// What the watcher's last reload did (an error keeps the old version running).
     watch_result: Mutex<Option<Result<Reloaded, String>>>,
@@ -479,6 +482,7 @@ impl Engine {
             install_lock: Mutex::new(()),
             counters,
             next_install: AtomicU64::new(2),
+            installed: Arc::new(AtomicU64::new(1)),
             next_rpc: AtomicU64::new(1),
             watch_result: Mutex::new(None),
             files_read: Mutex::new(files_read),
@@ -502,6 +506,13 @@ impl Engine {
     /// The current version's local install number (1, 2, …).
     pub fn version(&self) -> u64 {
         self.inner.table.load().current.number
+    }
+
+    /// The current version's install number, as a word that follows every install: a binding
+    /// reads it on each RPC to notice a reload (the file watcher's too) without a library
+    /// call, and outlives the engine if it keeps the `Arc`.
+    pub fn version_word(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.inner.installed)
     }
 
     /// The current version's content digest (the `weft-version` stamp).
@@ -1113,6 +1124,8 @@ impl Inner {
             current: Arc::clone(&built),
             older,
         }));
+        // After the table: a binding that sees the new number finds the new version.
+        self.installed.store(number, Ordering::Release);
         taken.hand_over();
         drop(installing);
         // Outside the install lock: if no RPC runs in the replaced version, this frees it,

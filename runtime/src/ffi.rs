@@ -891,6 +891,30 @@ pub unsafe extern "C" fn weft_version(rt: *const WeftRuntime) -> u64 {
     v
 }
 
+/// The address of a word holding the active version's install number (as `weft_version`
+/// returns it), updated by every install, reloads by the file watcher included: a binding
+/// that caches what a version told it (`weft_metadata_keys`) reads it with an atomic load
+/// on each RPC to notice a reload without a library call. The word stays valid for the
+/// life of the process, after `weft_close` too (it then keeps the last version's number);
+/// call this once per runtime, since each call keeps one more reference to it. NULL for
+/// NULL.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_version_word(rt: *const WeftRuntime) -> *const u64 {
+    let mut word = std::ptr::null();
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let engine = &unsafe { runtime(rt)? }.engine;
+        // The reference is never given back, so the word outlives the runtime. `AtomicU64`
+        // has the size and alignment of `u64`.
+        word = Arc::into_raw(engine.version_word()).cast::<u64>();
+        Ok(WEFT_OK)
+    });
+    word
+}
+
 /// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
 /// requests waiting for their response. A count that only grows points at calls whose end
 /// never reaches the runtime. 0 for NULL.
@@ -1485,6 +1509,37 @@ edges:
         assert_eq!(client_request(rt, &[]), (1, second));
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
+    }
+
+    #[test]
+    fn the_version_word_follows_reloads_and_outlives_the_runtime() {
+        let yaml = CString::new(SERVER_METRICS).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), 0) };
+        assert!(!rt.is_null());
+        // SAFETY: a live runtime, and NULL.
+        let (word, none) = unsafe { (weft_version_word(rt), weft_version_word(std::ptr::null())) };
+        assert!(none.is_null());
+        // SAFETY: the word is valid for the life of the process, and only read atomically.
+        let read =
+            || unsafe { (*word.cast::<std::sync::atomic::AtomicU64>()).load(Ordering::Acquire) };
+        // SAFETY: a live runtime.
+        assert_eq!(read(), unsafe { weft_version(rt) });
+        assert_eq!(read(), 1);
+        let next = CString::new(SERVER_METRICS.replace("- metrics", "- metrics\n      - logging"))
+            .unwrap();
+        // SAFETY: a live runtime; NUL-terminated strings that outlive the call.
+        assert_eq!(
+            unsafe { weft_reload_yaml(rt, next.as_ptr(), base.as_ptr()) },
+            WEFT_OK
+        );
+        // SAFETY: a live runtime.
+        assert_eq!(read(), unsafe { weft_version(rt) });
+        assert_eq!(read(), 2);
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+        assert_eq!(read(), 2, "the word outlives the runtime");
     }
 
     /// Opens the echo server running `logging` then `metrics`, queueing up to `capacity`
