@@ -519,12 +519,17 @@ func (c *clientStream) RecvMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
-	c.mu.Lock()
-	answer, over, failed := c.answer, c.over, c.failed
-	c.answer = nil
-	c.mu.Unlock()
-	if answer != nil {
+	if answer := c.takeAnswer(); answer != nil {
 		return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
+	}
+	c.mu.Lock()
+	over, failed := c.over, c.failed
+	c.mu.Unlock()
+	if over == io.EOF {
+		// A clean end after messages the chain answered: their replies first.
+		if h, ok := c.pending.nextHeld(); ok {
+			return unmarshalInto(h.msg, msg, "the chain's local reply")
+		}
 	}
 	if over != nil {
 		return over
@@ -569,9 +574,16 @@ func (c *clientStream) RecvMsg(v any) error {
 				err = c.failed
 			}
 			c.mu.Unlock()
+			// Without server streaming, a reply the chain made while this waited is the
+			// call's one response, which came first.
+			if !c.desc.ServerStreams {
+				if answer := c.takeAnswer(); answer != nil {
+					return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), cs.Trailer())
+				}
+			}
 			// grpc-go has ended the stream: its trailers are read.
-			c.finish(err, cs.Trailer())
 			c.end(err)
+			c.finish(err, cs.Trailer())
 			if err == io.EOF {
 				// A clean end after messages the chain answered: their replies first.
 				if h, ok := c.pending.nextHeld(); ok {
@@ -584,11 +596,7 @@ func (c *clientStream) RecvMsg(v any) error {
 		// this responds to: that reply comes first. Without server streaming it is the
 		// call's one response, and the server's goes unread.
 		if !c.desc.ServerStreams {
-			c.mu.Lock()
-			answer := c.answer
-			c.answer = nil
-			c.mu.Unlock()
-			if answer != nil {
+			if answer := c.takeAnswer(); answer != nil {
 				keepEarly(s, msg, c.codec).free()
 				return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
 			}
@@ -616,15 +624,30 @@ func (c *clientStream) RecvMsg(v any) error {
 // waiting get what the caller gets, a stream opened for earlier messages is cancelled, and
 // later calls return io.EOF.
 func (c *clientStream) oneResponse(err error, trailer metadata.MD) error {
-	c.finish(err, trailer)
 	c.end(io.EOF)
+	c.finish(err, trailer)
 	return err
 }
 
-// end records how the stream ended for the caller, and returns it.
+// takeAnswer takes the chain's reply that is a call's one response, if there is one, and
+// ends the call with it in the same step, so a later reply cannot make a second response.
+func (c *clientStream) takeAnswer() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	answer := c.answer
+	if answer != nil {
+		c.answer = nil
+		c.over = io.EOF
+	}
+	return answer
+}
+
+// end records how the stream ended for the caller, and returns it. A reply of the chain's
+// not yet taken then never is: nothing follows the end.
 func (c *clientStream) end(err error) error {
 	c.mu.Lock()
 	c.over = err
+	c.answer = nil
 	c.mu.Unlock()
 	return err
 }

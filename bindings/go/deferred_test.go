@@ -197,3 +197,27 @@ func TestAReloadBetweenRPCsAppliesTheNewRequestPolicyAtOnce(t *testing.T) {
 		t.Fatalf("handler calls: %d, want 1: mallory's request reached the handler", n)
 	}
 }
+
+// The same when the chain's keys have version 0 (its response handler sees the whole
+// response, so every key is passed) and its request path can wait.
+func TestAReloadBetweenRPCsAppliesTheNewRequestPolicyToEveryKeySet(t *testing.T) {
+	keep := "state:\n    last: Map<string, Response>\n\ninit():\n    pass\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n    set(last, 'x', rpc)\n    send(rpc, Up)\n"
+	fw := "state:\n    denied: Map<string, bool>\n\ninit():\n    set(denied, 'mallory', true)\n\nreq(rpc):\n    match get(denied, str(get(rpc, 'user'))):\n        Some(_) =>\n            send(err('acl', PERMISSION_DENIED), Up)\n        None =>\n            send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+	cfg, dir := withElements(t, map[string]string{"keep": keep, "fw": fw}, "echo.Echo/Say", "server")
+	from, to := cfg("      - keep\n"), cfg("      - keep\n      - fw\n")
+	srt := open(t, from, "echo")
+	crt := open(t, from, "frontend")
+	impl := &slowEcho{servedBy: "echo-7"}
+	c := dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...)
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srt.ReloadYAML(to, dir); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1: mallory's request reached the handler", n)
+	}
+}

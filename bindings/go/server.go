@@ -46,7 +46,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	in, codec := requestBytes.take(reqMsg)
 	mi := r.methodInfo(info.FullMethod)
 	ks := r.serverKeys(mi, false)
-	if ks != nil && ks.version != 0 && ks.version != atomic.LoadUint64(r.version) {
+	if ks != nil && ks.fetchedAt != atomic.LoadUint64(r.version) {
 		// A reload since the keys were fetched: what the new version observes, and whether
 		// its request path may wait, are its own. Without this check a request stamped with
 		// the old version would be deferred until some call's answer told of the reload,
@@ -695,6 +695,10 @@ func (w *serverStream) reply(s *callState) error {
 	defer w.sendMu.Unlock()
 	if w.ended {
 		return errHandlerReturned
+	}
+	if w.sendOver != nil {
+		// A rejected response ended the stream: nothing more goes out.
+		return w.sendOver
 	}
 	if w.oneReply {
 		if w.sent {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
@@ -581,6 +583,138 @@ func TestClientStreamingCallEndsAtTheChainsReply(t *testing.T) {
 	}
 	if err := cs.RecvMsg(&r); err != io.EOF {
 		t.Fatalf("a second RecvMsg returns %v, %v; want io.EOF", &r, err)
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// Every local reply due at the server's clean end comes before io.EOF, not only the first.
+func TestClientStreamLocalRepliesAllComeBeforeTheServersEnd(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+
+	cs := openSayStream(t, conn, bidi)
+	got := make(chan string, 4)
+	go func() {
+		defer close(got)
+		for {
+			var r echopb.SayReply
+			if err := cs.RecvMsg(&r); err != nil {
+				if err != io.EOF {
+					got <- "ERR:" + err.Error()
+				}
+				return
+			}
+			got <- r.GetBody()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	sendBodies(t, cs, "cached", "cached")
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for b := range got {
+		order = append(order, b)
+	}
+	if strings.Join(order, ",") != "cached,cached" {
+		t.Fatalf("got %v, want [cached cached]", order)
+	}
+}
+
+// After the chain rejected a response, a local reply the receiving goroutine makes is not
+// sent either (the client would pair it with the rejected response's message).
+func TestServerStreamSendsNoLocalReplyAfterARejectedResponse(t *testing.T) {
+	refuse := responseOnly("    if get(rpc, 'body') == 'bad':\n        send(err('refused', FAILED_PRECONDITION), Up)\n    else:\n        send(rpc, Up)\n")
+	cacheSrc, err := os.ReadFile(repoPath("elements/cache.weft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := withElements(t, map[string]string{"refuse": refuse, "cache": string(cacheSrc)}, "echo.Echo/SayStream", "server")
+	srt := open(t, cfg("      - refuse\n      - cache: {field: body}\n"), "echo")
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		toSend := make(chan string, 8)
+		go func() {
+			for b := range toSend {
+				time.Sleep(50 * time.Millisecond)
+				_ = stream.SendMsg(&echopb.SayReply{Body: b})
+			}
+		}()
+		defer close(toSend)
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				time.Sleep(100 * time.Millisecond)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			toSend <- req.GetBody()
+		}
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+
+	cs := openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "bad")
+	time.Sleep(200 * time.Millisecond) // the handler's response to "bad" is rejected
+	sendBodies(t, cs, "cached")
+	_ = cs.CloseSend()
+	got, err := recvAll(cs)
+	if len(got) != 0 {
+		t.Fatalf("a message went out after the rejected response: %v (status %v)", got, err)
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
+// A client-streaming call whose reader waits when the chain answers, and whose server then
+// fails: the chain's reply came first and is the call's response; nothing follows it.
+func TestClientStreamingLocalReplyWhileTheServerFails(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		for {
+			var req echopb.SayRequest
+			if err := stream.RecvMsg(&req); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+			if req.GetBody() == "fail" {
+				time.Sleep(200 * time.Millisecond)
+				return status.Error(codes.Unavailable, "server failed")
+			}
+			if err := stream.SendMsg(&echopb.SayReply{Body: req.GetBody()}); err != nil {
+				return err
+			}
+		}
+	})
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true})
+	sendBodies(t, cs, "fail")
+	errc := make(chan error, 1)
+	go func() {
+		var r echopb.SayReply
+		errc <- cs.RecvMsg(&r)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	sendBodies(t, cs, "cached")
+	e1 := <-errc
+	var r echopb.SayReply
+	e2 := cs.RecvMsg(&r)
+	if e1 != nil || e2 != io.EOF {
+		t.Fatalf("first RecvMsg: %v; second: %v, body %q; want the reply, then io.EOF", e1, e2, r.GetBody())
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
 }

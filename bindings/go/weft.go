@@ -119,6 +119,10 @@ type keySet struct {
 	// request stamped with stamp, the version's weft-version.
 	deferRequest bool
 	stamp        string
+	// fetchedAt: the library's active version when these keys were asked for (read before
+	// asking, so a reload in between makes the next RPC ask again). The version they belong
+	// to is no guide: it is 0 for a chain that observes every key, deferrable or not.
+	fetchedAt uint64
 }
 
 // ErrClosed is returned by RPCs and reloads on a Runtime after Close. RPCs fail rather than
@@ -306,12 +310,14 @@ func (r *Runtime) serverKeys(m *methodInfo, refresh bool) *keySet {
 	if r.h == nil {
 		return nil
 	}
+	at := atomic.LoadUint64(r.version)
 	ks, ok := metadataKeys(r.h, sideServer, m.c)
 	if !ok {
 		// No edge for the method, or an error: the complete metadata is always right, and
-		// asking again on every call would cost a library call each.
+		// asking again on every call (until a reload) would cost a library call each.
 		ks = &keySet{requestMessage: true, responseMessage: true}
 	}
+	ks.fetchedAt = at
 	m.serverKeys.Store(ks)
 	return ks
 }
