@@ -278,9 +278,11 @@ func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
 // finish ends the stream for the chain once grpc-go has ended it (or the chain failed it),
 // and releases its context. trailer is the stream's, when grpc-go has read them.
 func (c *clientStream) finish(err error, trailer metadata.MD) {
-	c.endWaiting(err, trailer)
+	// Cancelled before the drain: a request that SendMsg queues after the drain then sees
+	// the context done and ends itself (SendMsg checks after queueing), so none is missed.
 	c.stopWatch()
 	c.cancel()
+	c.endWaiting(err, trailer)
 }
 
 // errAnsweredLocally is the "open error" of a stream that never opened: its sending side
@@ -324,6 +326,23 @@ func (c *clientStream) requestMD() metadata.MD {
 }
 
 func (c *clientStream) Header() (metadata.MD, error) {
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	if failed != nil {
+		return nil, failed
+	}
+	// While the chain has answered every message so far, the stream has no server to ask
+	// (opening it now would send no message and wait for headers a server waiting for one
+	// never sends): its headers are the first local reply's.
+	c.openMu.Lock()
+	unopened := !c.opened
+	c.openMu.Unlock()
+	if unopened && c.answeredLocally() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.localHeader.Copy(), nil
+	}
 	cs, err := c.stream(nil, "")
 	if err == errAnsweredLocally {
 		c.mu.Lock()
@@ -399,11 +418,15 @@ func (c *clientStream) SendMsg(v any) error {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
 	c.mu.Lock()
-	failed := c.failed
+	failed, over := c.failed, c.over
 	c.mu.Unlock()
 	if failed != nil {
 		// The chain ended the stream: later messages neither run it nor go anywhere.
 		return failed
+	}
+	if over != nil {
+		// The caller has read the stream's end: as grpc-go does, SendMsg says so.
+		return io.EOF
 	}
 	s := getCall()
 	defer putCall(s)
@@ -509,6 +532,7 @@ func (c *clientStream) fail(err error) error {
 	if c.failed == nil {
 		c.failed = err
 	}
+	c.answer = nil // a reply of the chain's does not follow the failure
 	c.mu.Unlock()
 	c.finish(err, nil)
 	return err
@@ -545,6 +569,10 @@ func (c *clientStream) RecvMsg(v any) error {
 
 	cs, err := c.stream(nil, "")
 	if err == errAnsweredLocally {
+		// A reply the chain made just before the sending side closed comes first.
+		if h, ok := c.pending.nextHeld(); ok {
+			return unmarshalInto(h.msg, msg, "the chain's local reply")
+		}
 		c.finish(nil, nil)
 		return c.end(io.EOF)
 	}

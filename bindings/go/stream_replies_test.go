@@ -1,6 +1,7 @@
 package weft_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -717,4 +718,144 @@ func TestClientStreamingLocalReplyWhileTheServerFails(t *testing.T) {
 		t.Fatalf("first RecvMsg: %v; second: %v, body %q; want the reply, then io.EOF", e1, e2, r.GetBody())
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// warmClientCache fills the client-side cache with the reply to "cached".
+func warmClientCache(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	first := openSayStream(t, conn, bidi)
+	sendBodies(t, first, "cached")
+	closeAndExpect(t, first, "cached")
+}
+
+// Header() on a stream whose only message so far the client's cache answered returns the
+// local reply's headers at once: opening the stream would send no message and wait for
+// headers a server waiting for one never sends.
+func TestClientStreamHeaderAfterALocallyAnsweredFirstMessage(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	warmClientCache(t, conn)
+
+	cs := openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "cached")
+	done := make(chan error, 1)
+	go func() { _, err := cs.Header(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Header: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Header() still blocked: it opened a stream with no message and waits for the server")
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvAll(cs); err != nil || strings.Join(got, ",") != "cached" {
+		t.Fatalf("after CloseSend: %v, %v; want [cached]", got, err)
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// A client-streaming call whose first message the chain answers and whose second it
+// rejects: the rejection ended the stream, so RecvMsg returns it, not the earlier reply.
+func TestClientStreamingRejectionEndsTheCallDespiteAnEarlierLocalReply(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - firewall: {field: body, deny: [bad]}\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	warmClientCache(t, conn)
+
+	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true})
+	sendBodies(t, cs, "cached")
+	serr := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "bad"})
+	if status.Code(serr) != codes.PermissionDenied {
+		t.Fatalf("SendMsg(bad) = %v", serr)
+	}
+	_ = cs.CloseSend()
+	var r echopb.SayReply
+	wantCode(t, cs.RecvMsg(&r), codes.PermissionDenied, "acl")
+	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// A sender goroutine sends while the server ends the stream: a request queued while the
+// reader's end runs still ends (the end cancels the context before it drains the queue).
+func TestConcurrentSendAtAStreamsEndLeavesNothingWaiting(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - metrics\n"), "frontend")
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		var req echopb.SayRequest
+		for i := 0; i < 20; i++ {
+			if err := stream.RecvMsg(&req); err != nil {
+				return err
+			}
+		}
+		return status.Error(codes.Aborted, "enough")
+	})
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	for i := range 100 {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cs, err := conn.NewStream(c, &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "x"}); err != nil {
+					return
+				}
+			}
+		}()
+		var r echopb.SayReply
+		for cs.RecvMsg(&r) == nil {
+		}
+		wg.Wait()
+		cancel()
+		time.Sleep(time.Millisecond)
+		if n := crt.WaitingRPCs(); n != 0 {
+			time.Sleep(100 * time.Millisecond)
+			if n := crt.WaitingRPCs(); n != 0 {
+				t.Fatalf("stream %d: %d requests still wait after the stream ended and its context was cancelled", i, n)
+			}
+		}
+	}
+}
+
+// After RecvMsg returned io.EOF, SendMsg returns io.EOF, as grpc-go's does, even for a
+// message the cache would answer, and RecvMsg goes on returning io.EOF.
+func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	warmClientCache(t, conn)
+
+	cs := openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "one")
+	_ = cs.CloseSend()
+	if got, err := recvAll(cs); err != nil || strings.Join(got, ",") != "one" {
+		t.Fatalf("stream: %v, %v", got, err)
+	}
+	serr := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "cached"})
+	var r echopb.SayReply
+	rerr := cs.RecvMsg(&r)
+	if serr != io.EOF || rerr != io.EOF {
+		t.Fatalf("after io.EOF: SendMsg = %v, then RecvMsg = %q, %v; want io.EOF twice", serr, r.GetBody(), rerr)
+	}
+}
+
+// After the chain rejected the first message, Header() returns the rejection and opens
+// nothing.
+func TestClientStreamHeaderAfterARejectionReturnsIt(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - firewall: {field: body, deny: [bad]}\n"), "frontend")
+	impl, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	cs := openSayStream(t, conn, bidi)
+	wantCode(t, cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "bad"}), codes.PermissionDenied, "acl")
+	_, err := cs.Header()
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 0 {
+		t.Fatalf("the server saw %d messages", n)
+	}
 }
