@@ -256,6 +256,8 @@ type clientStream struct {
 	// return. Both guarded by mu.
 	answer []byte
 	over   error
+	// sendClosed: CloseSend was called. Guarded by mu.
+	sendClosed bool
 	// answered: the chain answered a message itself. Until some message goes to the
 	// server, ending the sending side then opens no stream (errAnsweredLocally).
 	answered bool
@@ -373,6 +375,7 @@ func (c *clientStream) Trailer() metadata.MD {
 func (c *clientStream) CloseSend() error {
 	c.mu.Lock()
 	failed := c.failed
+	c.sendClosed = true
 	c.mu.Unlock()
 	if failed != nil {
 		return nil
@@ -418,11 +421,15 @@ func (c *clientStream) SendMsg(v any) error {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
 	c.mu.Lock()
-	failed, over := c.failed, c.over
+	failed, over, closed := c.failed, c.over, c.sendClosed
 	c.mu.Unlock()
 	if failed != nil {
 		// The chain ended the stream: later messages neither run it nor go anywhere.
 		return failed
+	}
+	if closed {
+		// grpc-go's answer, given before the chain runs (it might answer locally).
+		return status.Error(codes.Internal, "SendMsg called after CloseSend")
 	}
 	if over != nil {
 		// The caller has read the stream's end: as grpc-go does, SendMsg says so.

@@ -823,17 +823,23 @@ func TestConcurrentSendAtAStreamsEndLeavesNothingWaiting(t *testing.T) {
 	}
 }
 
-// After RecvMsg returned io.EOF, SendMsg returns io.EOF, as grpc-go's does, even for a
-// message the cache would answer, and RecvMsg goes on returning io.EOF.
+// After RecvMsg returned io.EOF (the server ended the stream; the caller never closed its
+// side), SendMsg returns io.EOF, as grpc-go's does, even for a message the cache would
+// answer, and RecvMsg goes on returning io.EOF.
 func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
 	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
 	_, addr := serve(t, "echo-0")
 	conn := dialConn(t, addr, crt.DialOptions()...)
 	warmClientCache(t, conn)
-
-	cs := openSayStream(t, conn, bidi)
+	answerOnce := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		var req echopb.SayRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
+	})
+	cs := openSayStream(t, dialConn(t, answerOnce, crt.DialOptions()...), bidi)
 	sendBodies(t, cs, "one")
-	_ = cs.CloseSend()
 	if got, err := recvAll(cs); err != nil || strings.Join(got, ",") != "one" {
 		t.Fatalf("stream: %v, %v", got, err)
 	}
@@ -843,6 +849,7 @@ func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
 	if serr != io.EOF || rerr != io.EOF {
 		t.Fatalf("after io.EOF: SendMsg = %v, then RecvMsg = %q, %v; want io.EOF twice", serr, r.GetBody(), rerr)
 	}
+	waitForNoWaitingRPCs(t, crt, "client")
 }
 
 // After the chain rejected the first message, Header() returns the rejection and opens
@@ -858,4 +865,23 @@ func TestClientStreamHeaderAfterARejectionReturnsIt(t *testing.T) {
 	if n := impl.calls.Load(); n != 0 {
 		t.Fatalf("the server saw %d messages", n)
 	}
+}
+
+// SendMsg after CloseSend is refused as grpc-go refuses it, before the chain runs: a message
+// the cache would answer does not slip through.
+func TestClientStreamSendAfterCloseSendIsRefused(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	warmClientCache(t, conn)
+	cs := openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "one")
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "cached"}), codes.Internal, "after CloseSend")
+	if got, err := recvAll(cs); err != nil || strings.Join(got, ",") != "one" {
+		t.Fatalf("got %v, %v; want [one]", got, err)
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
 }
