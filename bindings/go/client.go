@@ -456,13 +456,18 @@ func (c *clientStream) SendMsg(v any) error {
 		return c.fail(rejection(s))
 	case verdictReply:
 		reply := bytes.Clone(s.outMessage())
+		c.mu.Lock()
+		if c.over != nil {
+			// The caller read the stream's end while the chain ran: nothing follows it.
+			c.mu.Unlock()
+			return io.EOF
+		}
 		if c.desc.ServerStreams {
 			// The reply takes the message's place: the caller reads it after the
-			// responses the server owes to earlier messages.
+			// responses the server owes to earlier messages. Queued under mu, which the
+			// stream's end takes too, so it is never queued after the end was read.
 			c.pending.queueReply(heldReply{msg: reply})
-		}
-		c.mu.Lock()
-		if !c.desc.ServerStreams && c.answer == nil && c.over == nil {
+		} else if c.answer == nil {
 			// The one response of a call without server streaming: the next RecvMsg
 			// returns it and ends the call.
 			c.answer = reply

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -426,9 +427,15 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		// A receiving goroutine may outlive the handler (grpc-go's RecvMsg returns only
 		// when the stream is done): from here on it neither queues a request nor sends.
 		w.sendMu.Lock()
+		// Replies of the chain's with nothing owed before them go out (a goroutine of
+		// their own may not have sent them yet), unless a rejected response ended the
+		// stream; those behind responses the handler never sent are dropped: sent, the
+		// client would pair them with those messages.
+		var herr error
+		if w.sendOver == nil {
+			herr = w.sendLeadingHeld()
+		}
 		w.ended = true
-		// Replies the chain made still wait behind responses the handler never sent: sent
-		// now, the client would pair them with those messages, so they are dropped.
 		waiting := w.pending.closeAndDrain()
 		// The chain decided how the stream ends when it rejected a message (whatever the
 		// handler made of that), or answered the stream's one request or its one response.
@@ -448,7 +455,7 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
 		if err == nil {
-			err = ferr
+			err = cmp.Or(herr, ferr)
 		}
 		return err
 	}
@@ -486,6 +493,10 @@ type serverStream struct {
 	// guarded by sendMu.
 	sent     bool
 	sendOver error
+	// chainSentHeader: the stream's headers went out with a reply of the chain's, before
+	// the handler sent anything. The handler's later header calls are then dropped, not
+	// refused: without Weft, nothing would have been sent yet. Guarded by sendMu.
+	chainSentHeader bool
 }
 
 // streamEnd is how the chain ended a stream, which RecvMsg keeps returning and the stream's
@@ -523,12 +534,18 @@ func (w *serverStream) Context() context.Context { return w.ctx }
 func (w *serverStream) SetHeader(md metadata.MD) error {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
+	if w.chainSentHeader {
+		return nil
+	}
 	return holdHeader(&w.header, w.headerSent, w.ServerStream, md)
 }
 
 func (w *serverStream) SendHeader(md metadata.MD) error {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
+	if w.chainSentHeader {
+		return nil
+	}
 	return sendHeaderNow(&w.header, &w.headerSent, w.ServerStream, md)
 }
 
@@ -686,10 +703,20 @@ func (w *serverStream) reply(s *callState) error {
 		header = s.decodeMD(s.outMetadata()).Copy()
 	}
 	h := heldReply{msg: bytes.Clone(s.outMessage()), header: header}
-	// Queued without sendMu, so that receiving does not wait for a send that flow control
-	// holds up: a response owed before this one flushes it after its own send.
-	if !w.oneReply && w.pending.hold(h) {
-		return errAnswered
+	if !w.oneReply {
+		// Never sent from here: the receiving goroutine must not wait for a send, which
+		// flow control holds up while the client sends before it reads (a handler that
+		// receives and sends on two goroutines would then stop both ends). The reply
+		// waits in the queue; a response owed before it, or a send under way, flushes it
+		// after its own, and when there is neither, a goroutine of its own sends it.
+		switch w.pending.hold(h) {
+		case heldBehind:
+			return errAnswered
+		case heldAlone:
+			go w.flushHeld()
+			return errAnswered
+		}
+		return errHandlerReturned
 	}
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
@@ -700,27 +727,37 @@ func (w *serverStream) reply(s *callState) error {
 		// A rejected response ended the stream: nothing more goes out.
 		return w.sendOver
 	}
-	if w.oneReply {
-		if w.sent {
-			// The handler has sent the stream's one response already; a second would be
-			// refused by the client. The message is answered, and the handler reads on.
-			return errAnswered
-		}
-		if err := w.sendHeld(h); err != nil {
-			w.over.set(err)
-			return err
-		}
-		w.over.set(errAnsweredStream)
-		return errAnsweredStream
+	// The stream has one request or one response: this reply is its answer.
+	if w.sent {
+		// The handler has sent the stream's one response already; a second would be
+		// refused by the client. The message is answered, and the handler reads on.
+		return errAnswered
 	}
 	if err := w.sendHeld(h); err != nil {
+		w.over.set(err)
 		return err
 	}
-	return errAnswered
+	w.over.set(errAnsweredStream)
+	return errAnsweredStream
+}
+
+// flushHeld sends the replies at the head of the queue, for a reply queued when nothing
+// else would send it.
+func (w *serverStream) flushHeld() {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	if w.ended || w.sendOver != nil {
+		return
+	}
+	// A failed send fails the handler's next SendMsg as well; nothing to do with it here.
+	_ = w.sendLeadingHeld()
 }
 
 // sendHeld sends a reply of the chain's. Called with sendMu held.
 func (w *serverStream) sendHeld(h heldReply) error {
+	if !w.headerSent && !w.sent {
+		w.chainSentHeader = true
+	}
 	if h.header != nil && !w.headerSent {
 		// The reply's own headers (a cached response's) go out with it, in place of what
 		// the handler set under the same keys.
@@ -779,8 +816,29 @@ func (w *serverStream) SendMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", w.name, v)
 	}
+	// Counted before the lock is taken: while a send is on its way, the chain's replies
+	// queue behind it (hold) instead of waiting for the lock on the receiving goroutine,
+	// which flow control holding up this send would stop.
+	w.pending.beginSend()
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
+	err := w.sendMsg(v, msg)
+	// Replies queued behind this send go out now (after a failure, nothing more may go
+	// out: they are dropped). The count ends only when none is left, under the queue's
+	// lock, so a reply queued meanwhile is never stranded.
+	for {
+		h, ok := w.pending.nextHeldOrEndSend()
+		if !ok {
+			return err
+		}
+		if err == nil {
+			err = w.sendHeld(h)
+		}
+	}
+}
+
+// sendMsg is SendMsg under the send lock.
+func (w *serverStream) sendMsg(v any, msg proto.Message) error {
 	if w.over.get() == errAnsweredStream {
 		// The chain sent the stream's one reply; grpc-go would refuse a second.
 		return errAnsweredStream
@@ -791,11 +849,7 @@ func (w *serverStream) SendMsg(v any) error {
 	if err := w.sendLeadingHeld(); err != nil {
 		return err
 	}
-	if err := w.sendOne(v, msg); err != nil {
-		return err
-	}
-	// Replies the chain made to the messages after this one's, now their turn.
-	return w.sendLeadingHeld()
+	return w.sendOne(v, msg)
 }
 
 // sendLeadingHeld sends the chain's replies waiting at the head of the queue. Called with
@@ -882,6 +936,9 @@ type handleQueue struct {
 	q  []handleRun
 	// closed: drained at the stream's end; nothing more is queued.
 	closed bool
+	// sending: the server's SendMsg calls under way, which flush the replies queued
+	// behind them (beginSend, endSend).
+	sending int
 }
 
 // handleRun is one handle, or with rpc 0 a run of n requests without one, so a stream whose
@@ -924,16 +981,49 @@ func (h *handleQueue) pop() uint64 {
 	return rpc
 }
 
-// hold queues a reply behind the responses still owed, and tells whether any is; when none
-// is, the reply goes out at once instead.
-func (h *handleQueue) hold(r heldReply) bool {
+// How hold queued a reply.
+type holding int
+
+const (
+	heldNot    holding = iota // the queue is closed: the stream has ended
+	heldBehind                // behind an owed response or a send under way, which flush it
+	heldAlone                 // with nothing before it and no send under way
+)
+
+// hold queues a server stream's reply in its message's place.
+func (h *handleQueue) hold(r heldReply) holding {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.q) == 0 || h.closed {
-		return false
+	if h.closed {
+		return heldNot
 	}
+	alone := len(h.q) == 0 && h.sending == 0
 	h.q = append(h.q, handleRun{held: &r})
-	return true
+	if alone {
+		return heldAlone
+	}
+	return heldBehind
+}
+
+func (h *handleQueue) beginSend() {
+	h.mu.Lock()
+	h.sending++
+	h.mu.Unlock()
+}
+
+// nextHeldOrEndSend takes the held reply at the head of the queue for a send under way
+// (beginSend) to send after its own; when there is none, it ends that send, in the same
+// step, so no reply is queued behind a send that will not flush it.
+func (h *handleQueue) nextHeldOrEndSend() (heldReply, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.q) > 0 && h.q[0].held != nil {
+		r := *h.q[0].held
+		h.q = h.q[1:]
+		return r, true
+	}
+	h.sending--
+	return heldReply{}, false
 }
 
 // queueReply queues a reply behind everything queued (the client hands it to the caller in

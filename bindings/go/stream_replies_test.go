@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	weft "github.com/weft-mesh/weft/bindings/go"
@@ -476,23 +477,22 @@ func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
 		}
 	}, append(srt.ServerOptions(), window...)...)
 	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
-	big := func(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
 	for i := range 10 {
 		cs := openSayStream(t, conn, bidi)
-		sendBodies(t, cs, big("cached", i))
-		closeAndExpect(t, cs, big("cached", i))
+		sendBodies(t, cs, bigBody("cached", i))
+		closeAndExpect(t, cs, bigBody("cached", i))
 	}
 	cs := openSayStream(t, conn, bidi)
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
 		for i := range 10 {
-			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: big("new", i)}) != nil {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("new", i)}) != nil {
 				return
 			}
 		}
 		for i := range 10 {
-			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: big("cached", i)}) != nil {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("cached", i)}) != nil {
 				return
 			}
 		}
@@ -512,7 +512,7 @@ func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
 		if i >= 10 {
 			prefix = "cached"
 		}
-		if b != big(prefix, i%10) {
+		if b != bigBody(prefix, i%10) {
 			t.Fatalf("reply %d is %.12q…, want %s%d…", i, b, prefix, i%10)
 		}
 	}
@@ -884,4 +884,160 @@ func TestClientStreamSendAfterCloseSendIsRefused(t *testing.T) {
 		t.Fatalf("got %v, %v; want [one]", got, err)
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// bigBody is a body larger than a flow-control window of 64 KiB.
+func bigBody(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
+
+// Like TestServerStreamCacheHitDoesNotWaitForAHeldUpSend, but nothing is owed when the
+// cache answers: the handler's sender has already sent its one response (into the flow
+// control window) and waits for more, and the client sends on without reading. The reply
+// is not sent from the receiving goroutine (it would wait for the window, the client for
+// the server to read, and the stream would stop), as a plain grpc-go server with the same
+// handler never waits there.
+func TestServerStreamLocalReplyWithNothingOwedDoesNotStopReceiving(t *testing.T) {
+	opts := append(serverCache(t).ServerOptions(), grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535))
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		bodies := make(chan string, 1000)
+		done := make(chan error, 1)
+		go func() {
+			for b := range bodies {
+				if err := stream.SendMsg(&echopb.SayReply{Body: b}); err != nil {
+					done <- err
+					for range bodies {
+					}
+					return
+				}
+			}
+			done <- nil
+		}()
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err != nil {
+				close(bodies)
+				if err == io.EOF {
+					return <-done
+				}
+				return err
+			}
+			bodies <- req.GetBody()
+		}
+	}, opts...)
+	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
+	for i := range 10 {
+		cs := openSayStream(t, conn, bidi)
+		sendBodies(t, cs, bigBody("cached", i))
+		closeAndExpect(t, cs, bigBody("cached", i))
+	}
+	cs := openSayStream(t, conn, bidi)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("new", 0)}) != nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // the handler has sent its response
+		for i := range 10 {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("cached", i)}) != nil {
+				return
+			}
+		}
+		_ = cs.CloseSend()
+	}()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client cannot finish sending: the server's receiving goroutine waits for the held-up send")
+	}
+	got, err := recvAll(cs)
+	if err != nil || len(got) != 11 {
+		t.Fatalf("got %d replies, %v; want 11", len(got), err)
+	}
+}
+
+// A handler that sets its headers after its first Recv, and treats an error from SetHeader
+// as fatal, on a stream whose first message the server's cache answers: the reply carried
+// the headers, so the handler's call is dropped rather than refused.
+func TestServerStreamHandlerSetHeaderAfterALocalReplyIsNoError(t *testing.T) {
+	srt := serverCache(t)
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		first := true
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if first {
+				first = false
+				if err := grpc.SetHeader(stream.Context(), metadata.Pairs("x-user", req.GetUser())); err != nil {
+					return err
+				}
+			}
+			if err := stream.SendMsg(&echopb.SayReply{Body: req.GetBody()}); err != nil {
+				return err
+			}
+		}
+	}, srt.ServerOptions()...)
+	conn := dialConn(t, addr)
+	cs := openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "cached")
+	closeAndExpect(t, cs, "cached")
+	cs = openSayStream(t, conn, bidi)
+	sendBodies(t, cs, "cached", "new")
+	_ = cs.CloseSend()
+	got, err := recvAll(cs)
+	if err != nil || strings.Join(got, ",") != "cached,new" {
+		t.Fatalf("got %v, %v; want [cached new]", got, err)
+	}
+}
+
+// A sender goroutine's cache hits race the server's clean end: no message follows io.EOF.
+func TestClientStreamNoLocalReplyAfterTheEnd(t *testing.T) {
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	warmClientCache(t, conn)
+	ender := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		var req echopb.SayRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
+	})
+	econn := dialConn(t, ender, crt.DialOptions()...)
+	bad := 0
+	for i := range 100 {
+		cs := openSayStream(t, econn, bidi)
+		sendBodies(t, cs, fmt.Sprint("one", i))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for j := 0; j < 200; j++ {
+				if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "cached"}) != nil {
+					return
+				}
+			}
+		}()
+		var r echopb.SayReply
+		var err error
+		for err == nil {
+			err = cs.RecvMsg(&r)
+		}
+		if err != io.EOF {
+			continue
+		}
+		<-done
+		r.Reset()
+		if err := cs.RecvMsg(&r); err == nil {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of 100 streams returned a message after io.EOF", bad)
+	}
 }
