@@ -2,7 +2,6 @@ package weft_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -60,20 +59,12 @@ func TestServerStreamLocalReplyWaitsForTheResponsesOwedBeforeIt(t *testing.T) {
 		return nil
 	}, srt.ServerOptions()...)
 	conn := dialConn(t, addr)
-	send := func(cs grpc.ClientStream, bodies ...string) {
-		t.Helper()
-		for _, b := range bodies {
-			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	first := openSayStream(t, conn, bidi)
-	send(first, "cached")
+	sendBodies(t, first, "cached")
 	closeAndExpect(t, first, "cached")
 
 	second := openSayStream(t, conn, bidi)
-	send(second, "one", "cached", "two", "cached")
+	sendBodies(t, second, "one", "cached", "two", "cached")
 	closeAndExpect(t, second, "one", "cached", "two", "cached")
 	if n := handled.Load(); n != 3 {
 		t.Fatalf("the handler read %d messages, want 3: the cache answers the rest", n)
@@ -116,9 +107,8 @@ func TestServerStreamingLocalReplyIsTheStreamsAnswer(t *testing.T) {
 	if n := handled.Load(); n != 1 {
 		t.Fatalf("the handler ran %d times, want 1", n)
 	}
-	if err, _ := recvErr.Load().(error); err == nil || errors.Is(err, io.EOF) {
-		t.Fatalf("the handler's RecvMsg returned %v: it should say the chain answered", err)
-	}
+	err, _ := recvErr.Load().(error)
+	wantCode(t, err, codes.Canceled, "the chain answered this stream")
 	waitForNoWaitingRPCs(t, srt, "server")
 }
 
@@ -170,9 +160,8 @@ func TestClientStreamingLocalReplyIsTheStreamsAnswer(t *testing.T) {
 	if n := handled.Load(); n != 2 {
 		t.Fatalf("the handler read %d messages, want 2", n)
 	}
-	if sendErr.Load() == nil {
-		t.Fatal("the handler's response after the chain's went out without an error")
-	}
+	err, _ := sendErr.Load().(error)
+	wantCode(t, err, codes.Canceled, "the chain answered this stream")
 	waitForNoWaitingRPCs(t, srt, "server")
 }
 
@@ -231,9 +220,21 @@ func TestServerStreamRejectionEndsTheStreamWhateverTheHandlerDoes(t *testing.T) 
 	waitForNoWaitingRPCs(t, srt, "server")
 }
 
-// On the client, a local reply takes its message's place among the server's responses too,
-// with Weft's codec (DialOptions) and without it (the interceptor alone).
-func TestClientStreamLocalReplyComesInItsMessagesPlace(t *testing.T) {
+// clientCache opens a client runtime whose cache holds the reply to "cached", and a
+// connection through it (with opts) to an echo server.
+func clientCache(t *testing.T, opts func(*weft.Runtime) []grpc.DialOption) (*weft.Runtime, *grpc.ClientConn) {
+	t.Helper()
+	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, opts(crt)...)
+	warmClientCache(t, conn)
+	return crt, conn
+}
+
+// withClientCache runs body as two subtests, with Weft's codec (DialOptions) and without it
+// (the stream interceptor alone), each with a client runtime whose cache holds the reply
+// to "cached" and a connection through it to an echo server.
+func withClientCache(t *testing.T, body func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn)) {
 	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
 		"codec": (*weft.Runtime).DialOptions,
 		"interceptor": func(rt *weft.Runtime) []grpc.DialOption {
@@ -241,58 +242,52 @@ func TestClientStreamLocalReplyComesInItsMessagesPlace(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-			_, addr := serve(t, "echo-0")
-			conn := dialConn(t, addr, opts(crt)...)
-			send := func(cs grpc.ClientStream, bodies ...string) {
-				t.Helper()
-				for _, b := range bodies {
-					if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			first := openSayStream(t, conn, bidi)
-			send(first, "cached")
-			closeAndExpect(t, first, "cached")
-
-			// Everything sent before anything is read.
-			second := openSayStream(t, conn, bidi)
-			send(second, "one", "cached", "two", "cached")
-			closeAndExpect(t, second, "one", "cached", "two", "cached")
-
-			// A reader already waiting for the server when the chain answers: the server's
-			// response to the next message reaches it first, and waits for the next call.
-			third := openSayStream(t, conn, bidi)
-			got := make(chan string, 4)
-			go func() {
-				defer close(got)
-				for {
-					var reply echopb.SayReply
-					if err := third.RecvMsg(&reply); err != nil {
-						if err != io.EOF {
-							got <- err.Error()
-						}
-						return
-					}
-					got <- reply.GetBody()
-				}
-			}()
-			time.Sleep(50 * time.Millisecond) // let the reader block
-			send(third, "cached", "three")
-			if err := third.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			var order []string
-			for b := range got {
-				order = append(order, b)
-			}
-			if strings.Join(order, ",") != "cached,three" {
-				t.Fatalf("the reader got %v, want [cached three]", order)
-			}
-			waitForNoWaitingRPCs(t, crt, "client")
+			crt, conn := clientCache(t, opts)
+			body(t, crt, conn)
 		})
 	}
+}
+
+// On the client, a local reply takes its message's place among the server's responses too,
+// with Weft's codec (DialOptions) and without it (the interceptor alone).
+func TestClientStreamLocalReplyComesInItsMessagesPlace(t *testing.T) {
+	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
+		// Everything sent before anything is read.
+		second := openSayStream(t, conn, bidi)
+		sendBodies(t, second, "one", "cached", "two", "cached")
+		closeAndExpect(t, second, "one", "cached", "two", "cached")
+
+		// A reader already waiting for the server when the chain answers: the server's
+		// response to the next message reaches it first, and waits for the next call.
+		third := openSayStream(t, conn, bidi)
+		got := make(chan string, 4)
+		go func() {
+			defer close(got)
+			for {
+				var reply echopb.SayReply
+				if err := third.RecvMsg(&reply); err != nil {
+					if err != io.EOF {
+						got <- err.Error()
+					}
+					return
+				}
+				got <- reply.GetBody()
+			}
+		}()
+		time.Sleep(50 * time.Millisecond) // let the reader block
+		sendBodies(t, third, "cached", "three")
+		if err := third.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for b := range got {
+			order = append(order, b)
+		}
+		if strings.Join(order, ",") != "cached,three" {
+			t.Fatalf("the reader got %v, want [cached three]", order)
+		}
+		waitForNoWaitingRPCs(t, crt, "client")
+	})
 }
 
 func sendBodies(t *testing.T, cs grpc.ClientStream, bodies ...string) {
@@ -443,10 +438,14 @@ func TestServerStreamResponseRejectionEndsTheStream(t *testing.T) {
 	waitForNoWaitingRPCs(t, srt, "server")
 }
 
-// A handler receiving on one goroutine and sending on another, while flow control holds up
-// its sends (the client sends everything before it reads): a message the cache answers is
-// queued without waiting for the held-up send, so receiving goes on and the stream ends.
-func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
+// sendBeforeReading serves SayStream with the server's cache, over flow-control windows of
+// 64 KiB, and a handler that receives on one goroutine and echoes on another, as grpc-go
+// allows; fills the cache with ten big bodies; then, on one stream, sends fresh big bodies,
+// waits pause, sends the ten cached ones and closes, all before it reads. It fails the test
+// unless the client can finish sending (the server must go on receiving), and returns the
+// replies.
+func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
+	t.Helper()
 	srt := serverCache(t)
 	window := []grpc.ServerOption{grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535)}
 	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
@@ -486,11 +485,12 @@ func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		for i := range 10 {
+		for i := range fresh {
 			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("new", i)}) != nil {
 				return
 			}
 		}
+		time.Sleep(pause)
 		for i := range 10 {
 			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("cached", i)}) != nil {
 				return
@@ -504,74 +504,73 @@ func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
 		t.Fatal("the client cannot finish sending: the server stopped receiving")
 	}
 	got, err := recvAll(cs)
-	if err != nil || len(got) != 20 {
-		t.Fatalf("got %d replies, %v; want 20", len(got), err)
-	}
-	for i, b := range got {
-		prefix := "new"
-		if i >= 10 {
-			prefix = "cached"
-		}
-		if b != bigBody(prefix, i%10) {
-			t.Fatalf("reply %d is %.12q…, want %s%d…", i, b, prefix, i%10)
-		}
+	if err != nil {
+		t.Fatalf("after %d replies: %v", len(got), err)
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
+	return got
 }
 
-// A reader already waiting for the server when the chain answers the last message: the
+// bigBody is a body larger than a flow-control window of 64 KiB.
+func bigBody(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
+
+// wantFreshThenCached checks sendBeforeReading's replies: the fresh bodies, then the ten
+// cached ones, in order.
+func wantFreshThenCached(t *testing.T, got []string, fresh int) {
+	t.Helper()
+	if len(got) != fresh+10 {
+		t.Fatalf("got %d replies, want %d", len(got), fresh+10)
+	}
+	for i, b := range got {
+		want := bigBody("new", i)
+		if i >= fresh {
+			want = bigBody("cached", i-fresh)
+		}
+		if b != want {
+			t.Fatalf("reply %d is %.12q…, want %.12q…", i, b, want)
+		}
+	}
+}
+
+// While flow control holds up the handler's sends, a message the cache answers is queued
+// behind the responses owed, so receiving goes on, and every reply comes in its place.
+func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
+	wantFreshThenCached(t, sendBeforeReading(t, 10, 0), 10)
+}
+
+// A reader already waiting for the server when the chain answers the last messages: every
 // local reply comes before the stream's end.
 func TestClientStreamLocalReplyComesBeforeTheServersEnd(t *testing.T) {
-	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
-		"codec": (*weft.Runtime).DialOptions,
-		"interceptor": func(rt *weft.Runtime) []grpc.DialOption {
-			return []grpc.DialOption{grpc.WithStreamInterceptor(rt.StreamClientInterceptor())}
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-			_, addr := serve(t, "echo-0")
-			conn := dialConn(t, addr, opts(crt)...)
-			first := openSayStream(t, conn, bidi)
-			sendBodies(t, first, "cached")
-			closeAndExpect(t, first, "cached")
-
-			second := openSayStream(t, conn, bidi)
-			got := make(chan []string, 1)
-			go func() {
-				replies, err := recvAll(second)
-				if err != nil {
-					replies = append(replies, err.Error())
-				}
-				got <- replies
-			}()
-			time.Sleep(50 * time.Millisecond) // let the reader block
-			sendBodies(t, second, "cached")
-			if err := second.CloseSend(); err != nil {
-				t.Fatal(err)
+	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
+		second := openSayStream(t, conn, bidi)
+		got := make(chan []string, 1)
+		go func() {
+			replies, err := recvAll(second)
+			if err != nil {
+				replies = append(replies, err.Error())
 			}
-			if replies := <-got; strings.Join(replies, ",") != "cached" {
-				t.Fatalf("the reader got %v, want [cached] then the end", replies)
-			}
-			var r echopb.SayReply
-			if err := second.RecvMsg(&r); err != io.EOF {
-				t.Fatalf("after the end, RecvMsg returns %v, %v; want io.EOF", &r, err)
-			}
-			waitForNoWaitingRPCs(t, crt, "client")
-		})
-	}
+			got <- replies
+		}()
+		time.Sleep(50 * time.Millisecond) // let the reader block
+		sendBodies(t, second, "cached", "cached")
+		if err := second.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if replies := <-got; strings.Join(replies, ",") != "cached,cached" {
+			t.Fatalf("the reader got %v, want [cached cached] then the end", replies)
+		}
+		var r echopb.SayReply
+		if err := second.RecvMsg(&r); err != io.EOF {
+			t.Fatalf("after the end, RecvMsg returns %v, %v; want io.EOF", &r, err)
+		}
+		waitForNoWaitingRPCs(t, crt, "client")
+	})
 }
 
 // A client-streaming call has one response: the chain's reply to a later message is it,
 // and the call is over (later RecvMsg calls return io.EOF).
 func TestClientStreamingCallEndsAtTheChainsReply(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	first := openSayStream(t, conn, bidi)
-	sendBodies(t, first, "cached")
-	closeAndExpect(t, first, "cached")
-
+	crt, _ := clientCache(t, (*weft.Runtime).DialOptions)
 	collector := dialConn(t, serveCollector(t, nil), crt.DialOptions()...)
 	cs := openSayStream(t, collector, grpc.StreamDesc{ClientStreams: true})
 	sendBodies(t, cs, "one", "cached")
@@ -586,44 +585,6 @@ func TestClientStreamingCallEndsAtTheChainsReply(t *testing.T) {
 		t.Fatalf("a second RecvMsg returns %v, %v; want io.EOF", &r, err)
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
-}
-
-// Every local reply due at the server's clean end comes before io.EOF, not only the first.
-func TestClientStreamLocalRepliesAllComeBeforeTheServersEnd(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	first := openSayStream(t, conn, bidi)
-	sendBodies(t, first, "cached")
-	closeAndExpect(t, first, "cached")
-
-	cs := openSayStream(t, conn, bidi)
-	got := make(chan string, 4)
-	go func() {
-		defer close(got)
-		for {
-			var r echopb.SayReply
-			if err := cs.RecvMsg(&r); err != nil {
-				if err != io.EOF {
-					got <- "ERR:" + err.Error()
-				}
-				return
-			}
-			got <- r.GetBody()
-		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	sendBodies(t, cs, "cached", "cached")
-	if err := cs.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var order []string
-	for b := range got {
-		order = append(order, b)
-	}
-	if strings.Join(order, ",") != "cached,cached" {
-		t.Fatalf("got %v, want [cached cached]", order)
-	}
 }
 
 // After the chain rejected a response, a local reply the receiving goroutine makes is not
@@ -732,10 +693,7 @@ func warmClientCache(t *testing.T, conn *grpc.ClientConn) {
 // local reply's headers at once: opening the stream would send no message and wait for
 // headers a server waiting for one never sends.
 func TestClientStreamHeaderAfterALocallyAnsweredFirstMessage(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	warmClientCache(t, conn)
+	crt, conn := clientCache(t, (*weft.Runtime).DialOptions)
 
 	cs := openSayStream(t, conn, bidi)
 	sendBodies(t, cs, "cached")
@@ -823,14 +781,12 @@ func TestConcurrentSendAtAStreamsEndLeavesNothingWaiting(t *testing.T) {
 	}
 }
 
-// After RecvMsg returned io.EOF (the server ended the stream; the caller never closed its
-// side), SendMsg returns io.EOF, as grpc-go's does, even for a message the cache would
-// answer, and RecvMsg goes on returning io.EOF.
-func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	warmClientCache(t, conn)
+// answerOnceWithClientCache opens a client runtime whose cache holds the reply to "cached",
+// and a connection through it to a server that answers a stream's first message and ends
+// the stream.
+func answerOnceWithClientCache(t *testing.T) (*weft.Runtime, *grpc.ClientConn) {
+	t.Helper()
+	crt, _ := clientCache(t, (*weft.Runtime).DialOptions)
 	answerOnce := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
 		var req echopb.SayRequest
 		if err := stream.RecvMsg(&req); err != nil {
@@ -838,7 +794,15 @@ func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
 		}
 		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
 	})
-	cs := openSayStream(t, dialConn(t, answerOnce, crt.DialOptions()...), bidi)
+	return crt, dialConn(t, answerOnce, crt.DialOptions()...)
+}
+
+// After RecvMsg returned io.EOF (the server ended the stream; the caller never closed its
+// side), SendMsg returns io.EOF, as grpc-go's does, even for a message the cache would
+// answer, and RecvMsg goes on returning io.EOF.
+func TestClientStreamSendAfterTheEndReturnsEOF(t *testing.T) {
+	crt, conn := answerOnceWithClientCache(t)
+	cs := openSayStream(t, conn, bidi)
 	sendBodies(t, cs, "one")
 	if got, err := recvAll(cs); err != nil || strings.Join(got, ",") != "one" {
 		t.Fatalf("stream: %v, %v", got, err)
@@ -870,10 +834,7 @@ func TestClientStreamHeaderAfterARejectionReturnsIt(t *testing.T) {
 // SendMsg after CloseSend is refused as grpc-go refuses it, before the chain runs: a message
 // the cache would answer does not slip through.
 func TestClientStreamSendAfterCloseSendIsRefused(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	warmClientCache(t, conn)
+	crt, conn := clientCache(t, (*weft.Runtime).DialOptions)
 	cs := openSayStream(t, conn, bidi)
 	sendBodies(t, cs, "one")
 	if err := cs.CloseSend(); err != nil {
@@ -886,74 +847,13 @@ func TestClientStreamSendAfterCloseSendIsRefused(t *testing.T) {
 	waitForNoWaitingRPCs(t, crt, "client")
 }
 
-// bigBody is a body larger than a flow-control window of 64 KiB.
-func bigBody(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
-
-// Like TestServerStreamCacheHitDoesNotWaitForAHeldUpSend, but nothing is owed when the
-// cache answers: the handler's sender has already sent its one response (into the flow
-// control window) and waits for more, and the client sends on without reading. The reply
-// is not sent from the receiving goroutine (it would wait for the window, the client for
-// the server to read, and the stream would stop), as a plain grpc-go server with the same
-// handler never waits there.
+// The same when nothing is owed when the cache answers: the handler's sender has sent its
+// one response (into the window) and waits for more. The reply is not sent from the
+// receiving goroutine (it would wait for the window, the client for the server to read,
+// and the stream would stop), as a plain grpc-go server with the same handler never waits
+// there.
 func TestServerStreamLocalReplyWithNothingOwedDoesNotStopReceiving(t *testing.T) {
-	opts := append(serverCache(t).ServerOptions(), grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535))
-	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-		bodies := make(chan string, 1000)
-		done := make(chan error, 1)
-		go func() {
-			for b := range bodies {
-				if err := stream.SendMsg(&echopb.SayReply{Body: b}); err != nil {
-					done <- err
-					for range bodies {
-					}
-					return
-				}
-			}
-			done <- nil
-		}()
-		for {
-			var req echopb.SayRequest
-			err := stream.RecvMsg(&req)
-			if err != nil {
-				close(bodies)
-				if err == io.EOF {
-					return <-done
-				}
-				return err
-			}
-			bodies <- req.GetBody()
-		}
-	}, opts...)
-	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
-	for i := range 10 {
-		cs := openSayStream(t, conn, bidi)
-		sendBodies(t, cs, bigBody("cached", i))
-		closeAndExpect(t, cs, bigBody("cached", i))
-	}
-	cs := openSayStream(t, conn, bidi)
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("new", 0)}) != nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond) // the handler has sent its response
-		for i := range 10 {
-			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("cached", i)}) != nil {
-				return
-			}
-		}
-		_ = cs.CloseSend()
-	}()
-	select {
-	case <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the client cannot finish sending: the server's receiving goroutine waits for the held-up send")
-	}
-	got, err := recvAll(cs)
-	if err != nil || len(got) != 11 {
-		t.Fatalf("got %d replies, %v; want 11", len(got), err)
-	}
+	wantFreshThenCached(t, sendBeforeReading(t, 1, 200*time.Millisecond), 1)
 }
 
 // A handler that sets its headers after its first Recv, and treats an error from SetHeader
@@ -998,18 +898,7 @@ func TestServerStreamHandlerSetHeaderAfterALocalReplyIsNoError(t *testing.T) {
 
 // A sender goroutine's cache hits race the server's clean end: no message follows io.EOF.
 func TestClientStreamNoLocalReplyAfterTheEnd(t *testing.T) {
-	crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - cache: {field: body}\n"), "frontend")
-	_, addr := serve(t, "echo-0")
-	conn := dialConn(t, addr, crt.DialOptions()...)
-	warmClientCache(t, conn)
-	ender := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-		var req echopb.SayRequest
-		if err := stream.RecvMsg(&req); err != nil {
-			return err
-		}
-		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
-	})
-	econn := dialConn(t, ender, crt.DialOptions()...)
+	crt, econn := answerOnceWithClientCache(t)
 	bad := 0
 	for i := range 100 {
 		cs := openSayStream(t, econn, bidi)
@@ -1040,4 +929,5 @@ func TestClientStreamNoLocalReplyAfterTheEnd(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of 100 streams returned a message after io.EOF", bad)
 	}
+	waitForNoWaitingRPCs(t, crt, "client")
 }
