@@ -445,7 +445,9 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		case over != nil:
 			err = over
 		}
+		w.headerMu.Lock()
 		header := w.header
+		w.headerMu.Unlock()
 		// Headers the handler set but no message carried go out with the status.
 		ferr := w.flushHeader()
 		w.sendMu.Unlock()
@@ -471,14 +473,17 @@ type serverStream struct {
 	codec   bool
 	pending handleQueue
 
-	// sendMu orders the handler's send side (SetHeader, SendHeader, SendMsg, which grpc-go
-	// allows on one goroutine at a time) with RecvMsg sending a reply the chain made, on
-	// the goroutine that receives: a handler may receive on one goroutine and send on
-	// another, and grpc-go's SendMsg must not run on two at once.
+	// sendMu orders the sends of a stream: the handler's SendMsg and the chain's replies
+	// (sent from RecvMsg on a stream with one request or one response, else from a send
+	// that flushes them), since grpc-go's SendMsg must not run on two goroutines at once.
 	sendMu sync.Mutex
+	// headerMu guards the headers, apart from sendMu: a handler's SetHeader on its
+	// receiving goroutine must not wait for a send that flow control holds up. Taken
+	// inside sendMu, never the other way round.
+	headerMu sync.Mutex
 	// header: the response headers the handler set, held back until the first message
 	// goes out, so that the chain sees them on each response and may change them until
-	// then. Guarded by sendMu.
+	// then. Guarded by headerMu, as are headerSent and chainSentHeader.
 	header     metadata.MD
 	headerSent bool
 	// ended: the handler has returned and the requests still waiting were answered with
@@ -495,7 +500,7 @@ type serverStream struct {
 	sendOver error
 	// chainSentHeader: the stream's headers went out with a reply of the chain's, before
 	// the handler sent anything. The handler's later header calls are then dropped, not
-	// refused: without Weft, nothing would have been sent yet. Guarded by sendMu.
+	// refused: without Weft, nothing would have been sent yet.
 	chainSentHeader bool
 }
 
@@ -532,8 +537,8 @@ var errHandlerReturned = status.Error(codes.Canceled, "weft: the stream's handle
 func (w *serverStream) Context() context.Context { return w.ctx }
 
 func (w *serverStream) SetHeader(md metadata.MD) error {
-	w.sendMu.Lock()
-	defer w.sendMu.Unlock()
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
 	if w.chainSentHeader {
 		return nil
 	}
@@ -541,8 +546,8 @@ func (w *serverStream) SetHeader(md metadata.MD) error {
 }
 
 func (w *serverStream) SendHeader(md metadata.MD) error {
-	w.sendMu.Lock()
-	defer w.sendMu.Unlock()
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
 	if w.chainSentHeader {
 		return nil
 	}
@@ -586,6 +591,8 @@ func sendHeaderNow(held *metadata.MD, sent *bool, to headerSender, md metadata.M
 // flushHeader hands grpc-go the held-back headers, before the first message (or the status)
 // carries them. Called with sendMu held.
 func (w *serverStream) flushHeader() error {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
 	if w.headerSent {
 		return nil
 	}
@@ -711,12 +718,13 @@ func (w *serverStream) reply(s *callState) error {
 		// after its own, and when there is neither, a goroutine of its own sends it.
 		switch w.pending.hold(h) {
 		case heldBehind:
-			return errAnswered
 		case heldAlone:
 			go w.flushHeld()
-			return errAnswered
+		default:
+			return errHandlerReturned
 		}
-		return errHandlerReturned
+		w.pending.waitForRoom()
+		return errAnswered
 	}
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
@@ -749,12 +757,18 @@ func (w *serverStream) flushHeld() {
 	if w.ended || w.sendOver != nil {
 		return
 	}
-	// A failed send fails the handler's next SendMsg as well; nothing to do with it here.
-	_ = w.sendLeadingHeld()
+	if err := w.sendLeadingHeld(); err != nil {
+		// Nobody waits for this send's outcome: it ends the stream, as a failed send of
+		// the handler's would (its next SendMsg and RecvMsg return it), and the replies
+		// behind it are dropped at the end.
+		w.sendOver = err
+		w.over.set(err)
+	}
 }
 
 // sendHeld sends a reply of the chain's. Called with sendMu held.
 func (w *serverStream) sendHeld(h heldReply) error {
+	w.headerMu.Lock()
 	if !w.headerSent && !w.sent {
 		w.chainSentHeader = true
 	}
@@ -766,6 +780,7 @@ func (w *serverStream) sendHeld(h heldReply) error {
 			w.header[k] = vs
 		}
 	}
+	w.headerMu.Unlock()
 	return w.sendBytes(h.msg)
 }
 
@@ -886,14 +901,20 @@ func (w *serverStream) sendOne(v any, msg proto.Message) error {
 	}
 	// The chain sees the headers the handler set. Once they went out with an earlier
 	// message, a change the chain makes to them cannot follow (grpc-go sends headers once).
+	w.headerMu.Lock()
 	s.encodeMD(w.header)
+	w.headerMu.Unlock()
 	rc := w.r.runResponse(s, sideServer, w.m, rpc, 0, "")
 	if rc != rcOK {
 		out.Free()
 		return failure(rc, s, "server stream response "+w.name)
 	}
-	if s.metadataChanged() && !w.headerSent {
-		w.header = s.decodeMD(s.outMetadata()).Copy()
+	if s.metadataChanged() {
+		w.headerMu.Lock()
+		if !w.headerSent {
+			w.header = s.decodeMD(s.outMetadata()).Copy()
+		}
+		w.headerMu.Unlock()
 	}
 	switch s.verdict() {
 	case verdictReject:
@@ -937,9 +958,22 @@ type handleQueue struct {
 	// closed: drained at the stream's end; nothing more is queued.
 	closed bool
 	// sending: the server's SendMsg calls under way, which flush the replies queued
-	// behind them (beginSend, endSend).
+	// behind them (beginSend, nextHeldOrEndSend).
 	sending int
+	// owed: the requests queued (responses owed); heldBytes: the size of the replies
+	// queued. A server's receiving goroutine waits on room while replies with nothing owed
+	// before them pass maxHeldBytes (waitForRoom).
+	owed      int
+	heldBytes int
+	room      *sync.Cond
 }
+
+// maxHeldBytes bounds the replies of the chain's a server stream queues when nothing is
+// owed before them: past it, receiving waits for them to go out, as it would for a send
+// of its own that flow control holds up, so a client that sends without reading cannot
+// make the server buffer without limit. Replies behind owed responses are not bounded: a
+// handler that reads every message before it answers would never send them.
+const maxHeldBytes = 4 << 20
 
 // handleRun is one handle, or with rpc 0 a run of n requests without one, so a stream whose
 // requests run far ahead of its responses (client streaming) without handles queues nothing
@@ -962,6 +996,7 @@ func (h *handleQueue) push(rpc uint64) bool {
 	} else {
 		h.q = append(h.q, handleRun{rpc: rpc, n: 1})
 	}
+	h.owed++
 	return true
 }
 
@@ -978,6 +1013,7 @@ func (h *handleQueue) pop() uint64 {
 	if h.q[0].n--; h.q[0].n == 0 {
 		h.q = h.q[1:]
 	}
+	h.owed--
 	return rpc
 }
 
@@ -999,6 +1035,7 @@ func (h *handleQueue) hold(r heldReply) holding {
 	}
 	alone := len(h.q) == 0 && h.sending == 0
 	h.q = append(h.q, handleRun{held: &r})
+	h.heldBytes += len(r.msg)
 	if alone {
 		return heldAlone
 	}
@@ -1018,12 +1055,34 @@ func (h *handleQueue) nextHeldOrEndSend() (heldReply, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.q) > 0 && h.q[0].held != nil {
-		r := *h.q[0].held
-		h.q = h.q[1:]
-		return r, true
+		return h.takeHeldLocked(), true
 	}
 	h.sending--
 	return heldReply{}, false
+}
+
+// takeHeldLocked takes the held reply at the head of the queue.
+func (h *handleQueue) takeHeldLocked() heldReply {
+	r := *h.q[0].held
+	h.q = h.q[1:]
+	h.heldBytes -= len(r.msg)
+	if h.room != nil {
+		h.room.Broadcast()
+	}
+	return r
+}
+
+// waitForRoom holds a server's receiving goroutine back while the replies with nothing owed
+// before them pass maxHeldBytes, until they go out or the stream ends.
+func (h *handleQueue) waitForRoom() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.owed == 0 && h.heldBytes > maxHeldBytes && !h.closed {
+		if h.room == nil {
+			h.room = sync.NewCond(&h.mu)
+		}
+		h.room.Wait()
+	}
 }
 
 // queueReply queues a reply behind everything queued (the client hands it to the caller in
@@ -1031,6 +1090,7 @@ func (h *handleQueue) nextHeldOrEndSend() (heldReply, bool) {
 func (h *handleQueue) queueReply(r heldReply) {
 	h.mu.Lock()
 	h.q = append(h.q, handleRun{held: &r})
+	h.heldBytes += len(r.msg)
 	h.mu.Unlock()
 }
 
@@ -1041,9 +1101,7 @@ func (h *handleQueue) nextHeld() (heldReply, bool) {
 	if len(h.q) == 0 || h.q[0].held == nil {
 		return heldReply{}, false
 	}
-	r := *h.q[0].held
-	h.q = h.q[1:]
-	return r, true
+	return h.takeHeldLocked(), true
 }
 
 // closeAndDrain is a server stream's end: it takes every handle still waiting, drops the
@@ -1054,6 +1112,10 @@ func (h *handleQueue) closeAndDrain() []uint64 {
 	h.closed = true
 	rpcs := h.drainLocked()
 	h.q = nil
+	h.heldBytes = 0
+	if h.room != nil {
+		h.room.Broadcast()
+	}
 	return rpcs
 }
 
@@ -1076,6 +1138,7 @@ func (h *handleQueue) drainLocked() []uint64 {
 		}
 	}
 	h.q = kept
+	h.owed = 0
 	return rpcs
 }
 

@@ -440,11 +440,11 @@ func TestServerStreamResponseRejectionEndsTheStream(t *testing.T) {
 
 // sendBeforeReading serves SayStream with the server's cache, over flow-control windows of
 // 64 KiB, and a handler that receives on one goroutine and echoes on another, as grpc-go
-// allows; fills the cache with ten big bodies; then, on one stream, sends fresh big bodies,
-// waits pause, sends the ten cached ones and closes, all before it reads. It fails the test
-// unless the client can finish sending (the server must go on receiving), and returns the
-// replies.
-func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
+// allows (and, with setHeader, sets a header after the first message it receives); fills
+// the cache with ten big bodies; then, on one stream, sends first, waits pause, sends then
+// and closes, all before it reads. It fails the test unless the client can finish sending
+// (the server must go on receiving), and checks that the replies are the bodies in order.
+func sendBeforeReading(t *testing.T, first, then []string, pause time.Duration, setHeader bool) {
 	t.Helper()
 	srt := serverCache(t)
 	window := []grpc.ServerOption{grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535)}
@@ -462,7 +462,7 @@ func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
 			}
 			done <- nil
 		}()
-		for {
+		for received := 0; ; received++ {
 			var req echopb.SayRequest
 			err := stream.RecvMsg(&req)
 			if err != nil {
@@ -471,6 +471,9 @@ func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
 					return <-done
 				}
 				return err
+			}
+			if setHeader && received == 0 {
+				_ = stream.SetHeader(metadata.Pairs("x-user", req.GetUser()))
 			}
 			bodies <- req.GetBody()
 		}
@@ -482,17 +485,15 @@ func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
 		closeAndExpect(t, cs, bigBody("cached", i))
 	}
 	cs := openSayStream(t, conn, bidi)
+	want := append(append([]string(nil), first...), then...)
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		for i := range fresh {
-			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("new", i)}) != nil {
-				return
+		for i, b := range want {
+			if i == len(first) {
+				time.Sleep(pause)
 			}
-		}
-		time.Sleep(pause)
-		for i := range 10 {
-			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: bigBody("cached", i)}) != nil {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}) != nil {
 				return
 			}
 		}
@@ -507,35 +508,40 @@ func sendBeforeReading(t *testing.T, fresh int, pause time.Duration) []string {
 	if err != nil {
 		t.Fatalf("after %d replies: %v", len(got), err)
 	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d replies, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("reply %d is %.12q…, want %.12q…", i, got[i], want[i])
+		}
+	}
 	waitForNoWaitingRPCs(t, srt, "server")
-	return got
+}
+
+// bigBodies is n big bodies: prefix0, prefix1, …
+func bigBodies(prefix string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, bigBody(prefix, i))
+	}
+	return out
 }
 
 // bigBody is a body larger than a flow-control window of 64 KiB.
 func bigBody(prefix string, i int) string { return fmt.Sprint(prefix, i, strings.Repeat("x", 100000)) }
 
-// wantFreshThenCached checks sendBeforeReading's replies: the fresh bodies, then the ten
-// cached ones, in order.
-func wantFreshThenCached(t *testing.T, got []string, fresh int) {
-	t.Helper()
-	if len(got) != fresh+10 {
-		t.Fatalf("got %d replies, want %d", len(got), fresh+10)
-	}
-	for i, b := range got {
-		want := bigBody("new", i)
-		if i >= fresh {
-			want = bigBody("cached", i-fresh)
-		}
-		if b != want {
-			t.Fatalf("reply %d is %.12q…, want %.12q…", i, b, want)
-		}
-	}
-}
-
 // While flow control holds up the handler's sends, a message the cache answers is queued
 // behind the responses owed, so receiving goes on, and every reply comes in its place.
 func TestServerStreamCacheHitDoesNotWaitForAHeldUpSend(t *testing.T) {
-	wantFreshThenCached(t, sendBeforeReading(t, 10, 0), 10)
+	sendBeforeReading(t, bigBodies("new", 10), bigBodies("cached", 10), 0, false)
+}
+
+// The cache's replies go out first and flow control holds them up; the handler sets a
+// header on its receiving goroutine after the first message it gets. Its SetHeader does
+// not wait for the held-up send, so receiving goes on.
+func TestServerStreamHandlerSetHeaderDoesNotWaitForAHeldUpReply(t *testing.T) {
+	sendBeforeReading(t, bigBodies("cached", 10), bigBodies("new", 10), 0, true)
 }
 
 // A reader already waiting for the server when the chain answers the last messages: every
@@ -853,7 +859,7 @@ func TestClientStreamSendAfterCloseSendIsRefused(t *testing.T) {
 // and the stream would stop), as a plain grpc-go server with the same handler never waits
 // there.
 func TestServerStreamLocalReplyWithNothingOwedDoesNotStopReceiving(t *testing.T) {
-	wantFreshThenCached(t, sendBeforeReading(t, 1, 200*time.Millisecond), 1)
+	sendBeforeReading(t, bigBodies("new", 1), bigBodies("cached", 10), 200*time.Millisecond, false)
 }
 
 // A handler that sets its headers after its first Recv, and treats an error from SetHeader
@@ -930,4 +936,60 @@ func TestClientStreamNoLocalReplyAfterTheEnd(t *testing.T) {
 		t.Fatalf("%d of 100 streams returned a message after io.EOF", bad)
 	}
 	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// A client that sends messages the server's cache answers without reading the replies
+// meets backpressure, as it would from a server sending its own replies: the replies
+// queued with nothing owed before them are bounded (maxHeldBytes, 4 MiB), then the server
+// stops receiving until they go out. Nothing is lost once the client reads.
+func TestServerStreamLocalRepliesKeepBackpressure(t *testing.T) {
+	srt := serverCache(t)
+	window := []grpc.ServerOption{grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535)}
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.SendMsg(&echopb.SayReply{Body: req.GetBody()}); err != nil {
+				return err
+			}
+		}
+	}, append(srt.ServerOptions(), window...)...)
+	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
+	body := bigBody("cached", 0)
+	warm := openSayStream(t, conn, bidi)
+	sendBodies(t, warm, body)
+	closeAndExpect(t, warm, body)
+
+	const n = 200 // 20 MB of replies
+	cs := openSayStream(t, conn, bidi)
+	var sent atomic.Int64
+	go func() {
+		for range n {
+			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}) != nil {
+				return
+			}
+			sent.Add(1)
+		}
+		_ = cs.CloseSend()
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if k := sent.Load(); k >= n/2 {
+		t.Fatalf("the client sent %d of %d messages without reading: the server buffers their replies without bound", k, n)
+	}
+	got, err := recvAll(cs)
+	if err != nil || len(got) != n {
+		t.Fatalf("got %d replies, %v; want %d", len(got), err, n)
+	}
+	for i, b := range got {
+		if b != body {
+			t.Fatalf("reply %d is %.12q…", i, b)
+		}
+	}
+	waitForNoWaitingRPCs(t, srt, "server")
 }
