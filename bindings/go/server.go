@@ -423,6 +423,10 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		if sts := grpc.ServerTransportStreamFromContext(w.ctx); sts != nil {
 			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
+		// A receiving goroutine waiting for room to queue a reply (waitForRoom) stops when
+		// the stream's context ends: the replies it waits on will never go out.
+		stopWatch := context.AfterFunc(ss.Context(), w.pending.stop)
+		defer stopWatch()
 		err := handler(srv, w)
 		// A receiving goroutine may outlive the handler (grpc-go's RecvMsg returns only
 		// when the stream is done): from here on it neither queues a request nor sends.
@@ -761,9 +765,16 @@ func (w *serverStream) flushHeld() {
 		// Nobody waits for this send's outcome: it ends the stream, as a failed send of
 		// the handler's would (its next SendMsg and RecvMsg return it), and the replies
 		// behind it are dropped at the end.
-		w.sendOver = err
-		w.over.set(err)
+		w.endSends(err)
 	}
+}
+
+// endSends ends the stream's sends with err: later sends return it, as RecvMsg does, and a
+// receiving goroutine waiting for room stops waiting. Called with sendMu held.
+func (w *serverStream) endSends(err error) {
+	w.sendOver = err
+	w.over.set(err)
+	w.pending.stop()
 }
 
 // sendHeld sends a reply of the chain's. Called with sendMu held.
@@ -883,12 +894,12 @@ func (w *serverStream) sendLeadingHeld() error {
 
 // sendOne sends a response of the handler's through the chain. Called with sendMu held.
 func (w *serverStream) sendOne(v any, msg proto.Message) error {
-	w.sent = true
 	rpc := w.pending.pop()
 	if rpc == 0 {
 		if err := w.flushHeader(); err != nil {
 			return err
 		}
+		w.sent = true
 		return w.ServerStream.SendMsg(v)
 	}
 	s := getCall()
@@ -922,8 +933,7 @@ func (w *serverStream) sendOne(v any, msg proto.Message) error {
 		// As a rejected request does, this ends the stream with the chain's status, and
 		// nothing more is sent: the client would pair it with the rejected response.
 		err := rejection(s)
-		w.over.set(err)
-		w.sendOver = err
+		w.endSends(err)
 		return err
 	case verdictReply:
 		out.Free()
@@ -937,6 +947,7 @@ func (w *serverStream) sendOne(v any, msg proto.Message) error {
 		out.Free()
 		return err
 	}
+	w.sent = true
 	if w.codec {
 		raw := rawMessage{buf: out, transfer: true}
 		return w.ServerStream.SendMsg(&raw)
@@ -966,6 +977,8 @@ type handleQueue struct {
 	owed      int
 	heldBytes int
 	room      *sync.Cond
+	// stopped: the stream failed or its context ended; nothing more will go out.
+	stopped bool
 }
 
 // maxHeldBytes bounds the replies of the chain's a server stream queues when nothing is
@@ -1072,12 +1085,13 @@ func (h *handleQueue) takeHeldLocked() heldReply {
 	return r
 }
 
-// waitForRoom holds a server's receiving goroutine back while the replies with nothing owed
-// before them pass maxHeldBytes, until they go out or the stream ends.
+// waitForRoom holds a server's receiving goroutine back while the queued replies pass
+// maxHeldBytes and can go out (nothing is owed before them, or the handler is sending),
+// until they have, or the stream ended or failed.
 func (h *handleQueue) waitForRoom() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for h.owed == 0 && h.heldBytes > maxHeldBytes && !h.closed {
+	for h.heldBytes > maxHeldBytes && (h.owed == 0 || h.sending > 0) && !h.closed && !h.stopped {
 		if h.room == nil {
 			h.room = sync.NewCond(&h.mu)
 		}
@@ -1102,6 +1116,17 @@ func (h *handleQueue) nextHeld() (heldReply, bool) {
 		return heldReply{}, false
 	}
 	return h.takeHeldLocked(), true
+}
+
+// stop wakes a receiving goroutine waiting for room, for good: the stream failed or its
+// context ended.
+func (h *handleQueue) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.room != nil {
+		h.room.Broadcast()
+	}
+	h.mu.Unlock()
 }
 
 // closeAndDrain is a server stream's end: it takes every handle still waiting, drops the

@@ -938,58 +938,140 @@ func TestClientStreamNoLocalReplyAfterTheEnd(t *testing.T) {
 	waitForNoWaitingRPCs(t, crt, "client")
 }
 
-// A client that sends messages the server's cache answers without reading the replies
-// meets backpressure, as it would from a server sending its own replies: the replies
-// queued with nothing owed before them are bounded (maxHeldBytes, 4 MiB), then the server
-// stops receiving until they go out. Nothing is lost once the client reads.
-func TestServerStreamLocalRepliesKeepBackpressure(t *testing.T) {
+// serveEchoWithCache serves SayStream with the server's cache, over flow-control windows of
+// 64 KiB, echoing each message from the receiving goroutine, or with split from a second
+// goroutine, as grpc-go allows; it fills the cache with body's reply and returns a
+// connection with the same windows and a channel that gets each handler's return.
+func serveEchoWithCache(t *testing.T, split bool, body string) (*weft.Runtime, *grpc.ClientConn, chan error) {
+	t.Helper()
 	srt := serverCache(t)
+	returned := make(chan error, 4)
 	window := []grpc.ServerOption{grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535)}
-	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) (err error) {
+		defer func() { returned <- err }()
+		reply := func(b string) error { return stream.SendMsg(&echopb.SayReply{Body: b}) }
+		send := reply
+		var bodies chan string
+		done := make(chan error, 1)
+		if split {
+			bodies = make(chan string, 1000)
+			go func() {
+				for b := range bodies {
+					if err := reply(b); err != nil {
+						done <- err
+						for range bodies {
+						}
+						return
+					}
+				}
+				done <- nil
+			}()
+			send = func(b string) error { bodies <- b; return nil }
+		}
 		for {
 			var req echopb.SayRequest
 			err := stream.RecvMsg(&req)
-			if err == io.EOF {
-				return nil
-			}
 			if err != nil {
+				if split {
+					close(bodies)
+					if serr := <-done; err == io.EOF {
+						return serr
+					}
+				}
+				if err == io.EOF {
+					return nil
+				}
 				return err
 			}
-			if err := stream.SendMsg(&echopb.SayReply{Body: req.GetBody()}); err != nil {
+			if err := send(req.GetBody()); err != nil {
 				return err
 			}
 		}
 	}, append(srt.ServerOptions(), window...)...)
 	conn := dialConn(t, addr, grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535))
-	body := bigBody("cached", 0)
 	warm := openSayStream(t, conn, bidi)
 	sendBodies(t, warm, body)
 	closeAndExpect(t, warm, body)
+	<-returned
+	return srt, conn, returned
+}
 
-	const n = 200 // 20 MB of replies
-	cs := openSayStream(t, conn, bidi)
+// A client that sends messages the server's cache answers without reading the replies
+// meets backpressure, as it would from a server sending its own replies: the queued
+// replies that can go out are bounded (maxHeldBytes, 4 MiB), then the server stops
+// receiving until they have. So too when one message goes to a handler that sends from a
+// goroutine of its own, which then owes its response. Nothing is lost once the client reads.
+func TestServerStreamLocalRepliesKeepBackpressure(t *testing.T) {
+	for name, split := range map[string]bool{"one goroutine": false, "two goroutines, one message not cached": true} {
+		t.Run(name, func(t *testing.T) {
+			body := bigBody("cached", 0)
+			srt, conn, _ := serveEchoWithCache(t, split, body)
+			const n = 200 // 20 MB of replies
+			want := make([]string, n)
+			for i := range want {
+				want[i] = body
+			}
+			if split {
+				want[5] = bigBody("fresh", 0)
+			}
+			cs := openSayStream(t, conn, bidi)
+			var sent atomic.Int64
+			go func() {
+				for _, b := range want {
+					if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}) != nil {
+						return
+					}
+					sent.Add(1)
+				}
+				_ = cs.CloseSend()
+			}()
+			time.Sleep(1500 * time.Millisecond)
+			if k := sent.Load(); k >= n/2 {
+				t.Fatalf("the client sent %d of %d messages without reading: the server buffers their replies without bound", k, n)
+			}
+			got, err := recvAll(cs)
+			if err != nil || len(got) != n {
+				t.Fatalf("got %d replies, %v; want %d", len(got), err, n)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("reply %d is %.12q…, want %.12q…", i, got[i], want[i])
+				}
+			}
+			waitForNoWaitingRPCs(t, srt, "server")
+		})
+	}
+}
+
+// A client that meets that backpressure and gives up (cancels) ends the stream: the
+// receiving goroutine stops waiting for room, and the handler returns.
+func TestServerStreamWaitingForRoomEndsWithTheStream(t *testing.T) {
+	body := bigBody("cached", 0)
+	srt, conn, returned := serveEchoWithCache(t, false, body)
+	c, cancel := context.WithCancel(ctx(t))
+	cs, err := conn.NewStream(c, &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var sent atomic.Int64
 	go func() {
-		for range n {
+		for range 200 {
 			if cs.SendMsg(&echopb.SayRequest{User: "alice", Body: body}) != nil {
 				return
 			}
 			sent.Add(1)
 		}
-		_ = cs.CloseSend()
 	}()
 	time.Sleep(1500 * time.Millisecond)
-	if k := sent.Load(); k >= n/2 {
-		t.Fatalf("the client sent %d of %d messages without reading: the server buffers their replies without bound", k, n)
+	if k := sent.Load(); k >= 100 {
+		t.Fatalf("the client sent %d messages without reading: no backpressure to give up on", k)
 	}
-	got, err := recvAll(cs)
-	if err != nil || len(got) != n {
-		t.Fatalf("got %d replies, %v; want %d", len(got), err, n)
-	}
-	for i, b := range got {
-		if b != body {
-			t.Fatalf("reply %d is %.12q…", i, b)
-		}
+	cancel()
+	select {
+	case err := <-returned:
+		wantCode(t, err, codes.Canceled, "")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler still runs 5 s after the client cancelled: its RecvMsg waits for room for ever")
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
 }
