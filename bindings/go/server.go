@@ -7,9 +7,9 @@ import "C"
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -428,18 +428,25 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		stopWatch := context.AfterFunc(ss.Context(), w.pending.stop)
 		defer stopWatch()
 		err := handler(srv, w)
-		// A receiving goroutine may outlive the handler (grpc-go's RecvMsg returns only
-		// when the stream is done): from here on it neither queues a request nor sends.
-		w.sendMu.Lock()
+		// A goroutine the handler left behind inside SendMsg (held up by flow control) is
+		// not waited for: grpc-go ends the stream under it once the status is written, as
+		// it would without Weft. The end then goes on without the send lock, and drops
+		// what it would have sent.
+		locked := w.handlerSends.Load() == 0
+		if locked {
+			w.sendMu.Lock()
+		}
 		// Replies of the chain's with nothing owed before them go out (a goroutine of
 		// their own may not have sent them yet), unless a rejected response ended the
 		// stream; those behind responses the handler never sent are dropped: sent, the
 		// client would pair them with those messages.
 		var herr error
-		if w.sendOver == nil {
+		if locked && w.sendOver == nil {
 			herr = w.sendLeadingHeld()
 		}
-		w.ended = true
+		// A receiving goroutine may outlive the handler (grpc-go's RecvMsg returns only
+		// when the stream is done): from here on it neither queues a request nor sends.
+		w.ended.Store(true)
 		waiting := w.pending.closeAndDrain()
 		// The chain decided how the stream ends when it rejected a message (whatever the
 		// handler made of that), or answered the stream's one request or its one response.
@@ -452,16 +459,21 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		w.headerMu.Lock()
 		header := w.header
 		w.headerMu.Unlock()
-		// Headers the handler set but no message carried go out with the status.
-		ferr := w.flushHeader()
-		w.sendMu.Unlock()
+		if locked {
+			// Headers the handler set but no message carried go out with the status. They
+			// were checked when set, so this fails only when the stream is gone, which is
+			// not the handler's status.
+			_ = w.flushHeader()
+			w.sendMu.Unlock()
+		}
 		// Requests still waiting get the stream's end as their response: the handler's
 		// error, or OK when it returned nil (docs/go.md, "Streams").
 		for _, rpc := range waiting {
 			r.endRPC(sideServer, w.m, rpc, err, header)
 		}
-		if err == nil {
-			err = cmp.Or(herr, ferr)
+		if err == nil && w.ctx.Err() == nil {
+			// A reply of the chain's that could not go out while the client is still there.
+			err = herr
 		}
 		return err
 	}
@@ -491,8 +503,9 @@ type serverStream struct {
 	header     metadata.MD
 	headerSent bool
 	// ended: the handler has returned and the requests still waiting were answered with
-	// its status. Guarded by sendMu.
-	ended bool
+	// its status. handlerSends: the handler's SendMsg calls under way.
+	ended        atomic.Bool
+	handlerSends atomic.Int32
 	// oneReply: the method has one request or one response (it is not bidirectional), so
 	// a reply the chain makes is the stream's only reply and ends it.
 	oneReply bool
@@ -581,15 +594,50 @@ func holdHeader(held *metadata.MD, sent bool, to headerSender, md metadata.MD) e
 	if sent {
 		return to.SetHeader(md)
 	}
+	if err := validHeader(md); err != nil {
+		return err
+	}
 	*held = metadata.Join(*held, md)
 	return nil
 }
 
 // sendHeaderNow is a handler's SendHeader: the held headers and md go out at once.
 func sendHeaderNow(held *metadata.MD, sent *bool, to headerSender, md metadata.MD) error {
+	if err := validHeader(md); err != nil {
+		return err
+	}
 	*held = metadata.Join(*held, md)
 	*sent = true
 	return to.SendHeader(*held)
+}
+
+// validHeader refuses headers grpc-go's SetHeader and SendHeader refuse, with their error,
+// when they are set: held back, they would fail the first message instead.
+func validHeader(md metadata.MD) error {
+	for k, vals := range md {
+		if k == "" {
+			return status.Error(codes.Internal, "there is an empty key in the header")
+		}
+		if k[0] == ':' {
+			continue
+		}
+		for i := 0; i < len(k); i++ {
+			if c := k[i]; !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '_' {
+				return status.Errorf(codes.Internal, "header key %q contains illegal characters not in [0-9a-z-_.]", k)
+			}
+		}
+		if strings.HasSuffix(k, "-bin") {
+			continue
+		}
+		for _, v := range vals {
+			for i := 0; i < len(v); i++ {
+				if v[i] < 0x20 || v[i] > 0x7E {
+					return status.Errorf(codes.Internal, "header key %q contains value with non-printable ASCII characters", k)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // flushHeader hands grpc-go the held-back headers, before the first message (or the status)
@@ -732,7 +780,7 @@ func (w *serverStream) reply(s *callState) error {
 	}
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
-	if w.ended {
+	if w.ended.Load() {
 		return errHandlerReturned
 	}
 	if w.sendOver != nil {
@@ -758,7 +806,7 @@ func (w *serverStream) reply(s *callState) error {
 func (w *serverStream) flushHeld() {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
-	if w.ended || w.sendOver != nil {
+	if w.ended.Load() || w.sendOver != nil {
 		return
 	}
 	if err := w.sendLeadingHeld(); err != nil {
@@ -845,6 +893,8 @@ func (w *serverStream) SendMsg(v any) error {
 	// Counted before the lock is taken: while a send is on its way, the chain's replies
 	// queue behind it (hold) instead of waiting for the lock on the receiving goroutine,
 	// which flow control holding up this send would stop.
+	w.handlerSends.Add(1)
+	defer w.handlerSends.Add(-1)
 	w.pending.beginSend()
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
@@ -865,6 +915,10 @@ func (w *serverStream) SendMsg(v any) error {
 
 // sendMsg is SendMsg under the send lock.
 func (w *serverStream) sendMsg(v any, msg proto.Message) error {
+	if w.ended.Load() {
+		// A goroutine the handler left behind: the stream is over.
+		return errHandlerReturned
+	}
 	if w.over.get() == errAnsweredStream {
 		// The chain sent the stream's one reply; grpc-go would refuse a second.
 		return errAnsweredStream

@@ -1075,3 +1075,122 @@ func TestServerStreamWaitingForRoomEndsWithTheStream(t *testing.T) {
 	}
 	waitForNoWaitingRPCs(t, srt, "server")
 }
+
+// With a server chain that only observes (metrics, logging), a stream behaves as without
+// Weft, whatever the handler does with headers or goroutines. Each case runs on plain
+// grpc-go too, so the expectations are grpc-go's own.
+func TestServerStreamWithAnObservingChainActsAsGrpcGo(t *testing.T) {
+	serverOpts := func(t *testing.T, weftOn bool, extra ...grpc.ServerOption) []grpc.ServerOption {
+		if !weftOn {
+			return extra
+		}
+		srt := open(t, edge("echo.Echo/SayStream", "    server:\n      - metrics\n      - logging\n"), "echo")
+		t.Cleanup(func() { waitForNoWaitingRPCs(t, srt, "server") })
+		return append(extra, srt.ServerOptions()...)
+	}
+	// A handler's own interceptor, outside Weft's: what grpc-go gets back, and when.
+	observe := func(returned chan error) grpc.ServerOption {
+		return grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			err := h(srv, ss)
+			returned <- err
+			return err
+		})
+	}
+	echoOnce := func(stream grpc.ServerStream) error {
+		var req echopb.SayRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
+	}
+	cases := map[string]func(t *testing.T, weftOn bool){
+		// An upper-case key: SetHeader refuses it at once; a handler that ignores the
+		// error still serves the stream.
+		"invalid header ignored": func(t *testing.T, weftOn bool) {
+			setErr := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				setErr <- stream.SetHeader(metadata.MD{"X-Request-Id": {"1"}})
+				return echoOnce(stream)
+			}, serverOpts(t, weftOn)...)
+			cs := openSayStream(t, dialConn(t, addr), bidi)
+			sendBodies(t, cs, "hi")
+			closeAndExpect(t, cs, "hi")
+			wantCode(t, <-setErr, codes.Internal, "illegal characters")
+		},
+		// A SendHeader that fails (a value with a newline) keeps what SetHeader held.
+		"failed SendHeader": func(t *testing.T, weftOn bool) {
+			sendErr := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				_ = stream.SetHeader(metadata.Pairs("x-a", "1"))
+				sendErr <- stream.SendHeader(metadata.MD{"x-b": {"bad\nvalue"}})
+				return echoOnce(stream)
+			}, serverOpts(t, weftOn)...)
+			cs := openSayStream(t, dialConn(t, addr), bidi)
+			sendBodies(t, cs, "hi")
+			closeAndExpect(t, cs, "hi")
+			wantCode(t, <-sendErr, codes.Internal, "non-printable")
+			if h, err := cs.Header(); err != nil || strings.Join(h.Get("x-a"), ",") != "1" {
+				t.Fatalf("headers %v, %v; want x-a: 1", h, err)
+			}
+		},
+		// The client goes away after the handler set a header; the handler returns nil,
+		// and that is what grpc-go gets.
+		"client gone": func(t *testing.T, weftOn bool) {
+			returned := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				_ = stream.SetHeader(metadata.Pairs("x-a", "1"))
+				var req echopb.SayRequest
+				_ = stream.RecvMsg(&req)
+				<-stream.Context().Done()
+				return nil
+			}, serverOpts(t, weftOn, observe(returned))...)
+			c, cancel := context.WithCancel(ctx(t))
+			cs, err := dialConn(t, addr).NewStream(c, &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sendBodies(t, cs, "hi")
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+			if err := <-returned; err != nil {
+				t.Fatalf("grpc-go got %v from the handler's return, want nil", err)
+			}
+		},
+		// The handler returns while a goroutine it left behind is held up in SendMsg by a
+		// client that does not read: the stream ends without waiting for that goroutine.
+		"sender left behind": func(t *testing.T, weftOn bool) {
+			returned := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				var req echopb.SayRequest
+				if err := stream.RecvMsg(&req); err != nil {
+					return err
+				}
+				go func() {
+					big := strings.Repeat("x", 256<<10)
+					for stream.SendMsg(&echopb.SayReply{Body: big}) == nil {
+					}
+				}()
+				time.Sleep(200 * time.Millisecond)
+				return status.Error(codes.Aborted, "giving up")
+			}, serverOpts(t, weftOn, observe(returned))...)
+			c, cancel := context.WithCancel(ctx(t))
+			defer cancel()
+			cs, err := dialConn(t, addr).NewStream(c, &grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}, "/echo.Echo/SayStream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sendBodies(t, cs, "hi")
+			select {
+			case err := <-returned:
+				wantCode(t, err, codes.Aborted, "giving up")
+			case <-time.After(3 * time.Second):
+				t.Fatal("the stream still waits for the handler's goroutine 3 s after the handler returned")
+			}
+		},
+	}
+	for name, run := range cases {
+		for _, weftOn := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/weft=%v", name, weftOn), func(t *testing.T) { run(t, weftOn) })
+		}
+	}
+}
