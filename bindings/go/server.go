@@ -421,6 +421,7 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		// grpc.SetHeader(stream.Context(), …) reaches the stream's transport through the
 		// context: route it to the same hold-back as stream.SetHeader.
 		if sts := grpc.ServerTransportStreamFromContext(w.ctx); sts != nil {
+			w.transport = sts
 			w.ctx = grpc.NewContextWithServerTransportStream(w.ctx, streamHeaders{sts, w})
 		}
 		// A receiving goroutine waiting for room to queue a reply (waitForRoom) stops when
@@ -459,11 +460,11 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		w.headerMu.Lock()
 		header := w.header
 		w.headerMu.Unlock()
+		// Headers the handler set but no message carried go out with the status (without
+		// the send lock too: a goroutine left behind will send nothing more). This fails
+		// only when the stream is gone, which is not the handler's status.
+		_ = w.flushHeader()
 		if locked {
-			// Headers the handler set but no message carried go out with the status. They
-			// were checked when set, so this fails only when the stream is gone, which is
-			// not the handler's status.
-			_ = w.flushHeader()
 			w.sendMu.Unlock()
 		}
 		// Requests still waiting get the stream's end as their response: the handler's
@@ -497,6 +498,8 @@ type serverStream struct {
 	// receiving goroutine must not wait for a send that flow control holds up. Taken
 	// inside sendMu, never the other way round.
 	headerMu sync.Mutex
+	// transport: the transport stream the handler's context carries, nil without one.
+	transport grpc.ServerTransportStream
 	// header: the response headers the handler set, held back until the first message
 	// goes out, so that the chain sees them on each response and may change them until
 	// then. Guarded by headerMu, as are headerSent and chainSentHeader.
@@ -553,22 +556,50 @@ var errHandlerReturned = status.Error(codes.Canceled, "weft: the stream's handle
 
 func (w *serverStream) Context() context.Context { return w.ctx }
 
+// SetHeader and SendHeader check the headers when they are set, as grpc-go's stream
+// methods do: held back, a refused header would fail the first message instead.
 func (w *serverStream) SetHeader(md metadata.MD) error {
-	w.headerMu.Lock()
-	defer w.headerMu.Unlock()
-	if w.chainSentHeader {
-		return nil
+	if err := validHeader(md); err != nil {
+		return err
 	}
-	return holdHeader(&w.header, w.headerSent, w.ServerStream, md)
+	return w.holdHeader(md)
 }
 
 func (w *serverStream) SendHeader(md metadata.MD) error {
+	if err := validHeader(md); err != nil {
+		return err
+	}
+	return w.sendHeader(md)
+}
+
+// holdHeader and sendHeader are the header calls without grpc-go's check, as it makes none
+// on the transport stream a handler's context carries (grpc.SetHeader, grpc.SendHeader).
+func (w *serverStream) holdHeader(md metadata.MD) error {
 	w.headerMu.Lock()
 	defer w.headerMu.Unlock()
 	if w.chainSentHeader {
 		return nil
 	}
-	return sendHeaderNow(&w.header, &w.headerSent, w.ServerStream, md)
+	return holdHeader(&w.header, w.headerSent, w.headerTo(), md)
+}
+
+func (w *serverStream) sendHeader(md metadata.MD) error {
+	w.headerMu.Lock()
+	defer w.headerMu.Unlock()
+	if w.chainSentHeader {
+		return nil
+	}
+	return sendHeaderNow(&w.header, &w.headerSent, w.headerTo(), md)
+}
+
+// headerTo is where held headers go: the transport stream, which sends them as they are,
+// as grpc-go does with headers set through the context; grpc-go's stream when the
+// context carries none.
+func (w *serverStream) headerTo() headerSender {
+	if w.transport != nil {
+		return w.transport
+	}
+	return w.ServerStream
 }
 
 // streamHeaders is the transport stream a stream handler's context carries, with its
@@ -579,8 +610,8 @@ type streamHeaders struct {
 	w *serverStream
 }
 
-func (h streamHeaders) SetHeader(md metadata.MD) error  { return h.w.SetHeader(md) }
-func (h streamHeaders) SendHeader(md metadata.MD) error { return h.w.SendHeader(md) }
+func (h streamHeaders) SetHeader(md metadata.MD) error  { return h.w.holdHeader(md) }
+func (h streamHeaders) SendHeader(md metadata.MD) error { return h.w.sendHeader(md) }
 
 // headerSender is where held-back headers go: grpc-go's stream, unary or streaming.
 type headerSender interface {
@@ -594,34 +625,26 @@ func holdHeader(held *metadata.MD, sent bool, to headerSender, md metadata.MD) e
 	if sent {
 		return to.SetHeader(md)
 	}
-	if err := validHeader(md); err != nil {
-		return err
-	}
 	*held = metadata.Join(*held, md)
 	return nil
 }
 
 // sendHeaderNow is a handler's SendHeader: the held headers and md go out at once.
 func sendHeaderNow(held *metadata.MD, sent *bool, to headerSender, md metadata.MD) error {
-	if err := validHeader(md); err != nil {
-		return err
-	}
 	*held = metadata.Join(*held, md)
 	*sent = true
 	return to.SendHeader(*held)
 }
 
-// validHeader refuses headers grpc-go's SetHeader and SendHeader refuse, with their error,
-// when they are set: held back, they would fail the first message instead.
+// validHeader refuses the headers grpc-go's stream SetHeader and SendHeader refuse
+// (internal/metadata.Validate), with their error.
 func validHeader(md metadata.MD) error {
 	for k, vals := range md {
 		if k == "" {
 			return status.Error(codes.Internal, "there is an empty key in the header")
 		}
-		if k[0] == ':' {
-			continue
-		}
-		for i := 0; i < len(k); i++ {
+		// A pseudo-header's key is not checked; its values are.
+		for i := 0; i < len(k) && k[0] != ':'; i++ {
 			if c := k[i]; !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '_' {
 				return status.Errorf(codes.Internal, "header key %q contains illegal characters not in [0-9a-z-_.]", k)
 			}
@@ -652,7 +675,7 @@ func (w *serverStream) flushHeader() error {
 	if len(w.header) == 0 {
 		return nil
 	}
-	return w.ServerStream.SetHeader(w.header)
+	return w.headerTo().SetHeader(w.header)
 }
 
 func (w *serverStream) RecvMsg(v any) error {

@@ -1117,6 +1117,36 @@ func TestServerStreamWithAnObservingChainActsAsGrpcGo(t *testing.T) {
 			closeAndExpect(t, cs, "hi")
 			wantCode(t, <-setErr, codes.Internal, "illegal characters")
 		},
+		// A pseudo-header's value is checked, as grpc-go checks it.
+		"pseudo-header with a bad value": func(t *testing.T, weftOn bool) {
+			setErr := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				setErr <- stream.SetHeader(metadata.MD{":x": {"a\nb"}})
+				return echoOnce(stream)
+			}, serverOpts(t, weftOn)...)
+			cs := openSayStream(t, dialConn(t, addr), bidi)
+			sendBodies(t, cs, "hi")
+			closeAndExpect(t, cs, "hi")
+			wantCode(t, <-setErr, codes.Internal, "non-printable")
+		},
+		// Through the context, grpc-go checks nothing: a value outside printable ASCII
+		// reaches the client.
+		"header through the context": func(t *testing.T, weftOn bool) {
+			setErr := make(chan error, 1)
+			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+				setErr <- grpc.SetHeader(stream.Context(), metadata.Pairs("x-app", "café"))
+				return echoOnce(stream)
+			}, serverOpts(t, weftOn)...)
+			cs := openSayStream(t, dialConn(t, addr), bidi)
+			sendBodies(t, cs, "hi")
+			closeAndExpect(t, cs, "hi")
+			if err := <-setErr; err != nil {
+				t.Fatalf("grpc.SetHeader: %v", err)
+			}
+			if h, err := cs.Header(); err != nil || strings.Join(h.Get("x-app"), ",") != "café" {
+				t.Fatalf("headers %v, %v; want x-app: café", h, err)
+			}
+		},
 		// A SendHeader that fails (a value with a newline) keeps what SetHeader held.
 		"failed SendHeader": func(t *testing.T, weftOn bool) {
 			sendErr := make(chan error, 1)
