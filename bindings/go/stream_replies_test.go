@@ -1103,44 +1103,43 @@ func TestServerStreamWithAnObservingChainActsAsGrpcGo(t *testing.T) {
 		}
 		return stream.SendMsg(&echopb.SayReply{Body: req.GetBody()})
 	}
+	// headerCall serves a stream whose handler makes call, then echoes one message; the
+	// client sends "hi" and reads the echo. It returns the stream, and what call returned.
+	headerCall := func(t *testing.T, weftOn bool, call func(grpc.ServerStream) error) (grpc.ClientStream, error) {
+		t.Helper()
+		called := make(chan error, 1)
+		addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+			called <- call(stream)
+			return echoOnce(stream)
+		}, serverOpts(t, weftOn)...)
+		cs := openSayStream(t, dialConn(t, addr), bidi)
+		sendBodies(t, cs, "hi")
+		closeAndExpect(t, cs, "hi")
+		return cs, <-called
+	}
 	cases := map[string]func(t *testing.T, weftOn bool){
 		// An upper-case key: SetHeader refuses it at once; a handler that ignores the
 		// error still serves the stream.
 		"invalid header ignored": func(t *testing.T, weftOn bool) {
-			setErr := make(chan error, 1)
-			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-				setErr <- stream.SetHeader(metadata.MD{"X-Request-Id": {"1"}})
-				return echoOnce(stream)
-			}, serverOpts(t, weftOn)...)
-			cs := openSayStream(t, dialConn(t, addr), bidi)
-			sendBodies(t, cs, "hi")
-			closeAndExpect(t, cs, "hi")
-			wantCode(t, <-setErr, codes.Internal, "illegal characters")
+			_, err := headerCall(t, weftOn, func(stream grpc.ServerStream) error {
+				return stream.SetHeader(metadata.MD{"X-Request-Id": {"1"}})
+			})
+			wantCode(t, err, codes.Internal, "illegal characters")
 		},
 		// A pseudo-header's value is checked, as grpc-go checks it.
 		"pseudo-header with a bad value": func(t *testing.T, weftOn bool) {
-			setErr := make(chan error, 1)
-			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-				setErr <- stream.SetHeader(metadata.MD{":x": {"a\nb"}})
-				return echoOnce(stream)
-			}, serverOpts(t, weftOn)...)
-			cs := openSayStream(t, dialConn(t, addr), bidi)
-			sendBodies(t, cs, "hi")
-			closeAndExpect(t, cs, "hi")
-			wantCode(t, <-setErr, codes.Internal, "non-printable")
+			_, err := headerCall(t, weftOn, func(stream grpc.ServerStream) error {
+				return stream.SetHeader(metadata.MD{":x": {"a\nb"}})
+			})
+			wantCode(t, err, codes.Internal, "non-printable")
 		},
 		// Through the context, grpc-go checks nothing: a value outside printable ASCII
 		// reaches the client.
 		"header through the context": func(t *testing.T, weftOn bool) {
-			setErr := make(chan error, 1)
-			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-				setErr <- grpc.SetHeader(stream.Context(), metadata.Pairs("x-app", "café"))
-				return echoOnce(stream)
-			}, serverOpts(t, weftOn)...)
-			cs := openSayStream(t, dialConn(t, addr), bidi)
-			sendBodies(t, cs, "hi")
-			closeAndExpect(t, cs, "hi")
-			if err := <-setErr; err != nil {
+			cs, err := headerCall(t, weftOn, func(stream grpc.ServerStream) error {
+				return grpc.SetHeader(stream.Context(), metadata.Pairs("x-app", "café"))
+			})
+			if err != nil {
 				t.Fatalf("grpc.SetHeader: %v", err)
 			}
 			if h, err := cs.Header(); err != nil || strings.Join(h.Get("x-app"), ",") != "café" {
@@ -1149,16 +1148,11 @@ func TestServerStreamWithAnObservingChainActsAsGrpcGo(t *testing.T) {
 		},
 		// A SendHeader that fails (a value with a newline) keeps what SetHeader held.
 		"failed SendHeader": func(t *testing.T, weftOn bool) {
-			sendErr := make(chan error, 1)
-			addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+			cs, err := headerCall(t, weftOn, func(stream grpc.ServerStream) error {
 				_ = stream.SetHeader(metadata.Pairs("x-a", "1"))
-				sendErr <- stream.SendHeader(metadata.MD{"x-b": {"bad\nvalue"}})
-				return echoOnce(stream)
-			}, serverOpts(t, weftOn)...)
-			cs := openSayStream(t, dialConn(t, addr), bidi)
-			sendBodies(t, cs, "hi")
-			closeAndExpect(t, cs, "hi")
-			wantCode(t, <-sendErr, codes.Internal, "non-printable")
+				return stream.SendHeader(metadata.MD{"x-b": {"bad\nvalue"}})
+			})
+			wantCode(t, err, codes.Internal, "non-printable")
 			if h, err := cs.Header(); err != nil || strings.Join(h.Get("x-a"), ",") != "1" {
 				t.Fatalf("headers %v, %v; want x-a: 1", h, err)
 			}
