@@ -327,12 +327,22 @@ func (c *clientStream) requestMD() metadata.MD {
 	return c.md
 }
 
+// Header returns no error, as grpc-go's does not: when the stream failed, or did not open,
+// it returns no headers and leaves the status to RecvMsg.
 func (c *clientStream) Header() (metadata.MD, error) {
 	c.mu.Lock()
 	failed := c.failed
 	c.mu.Unlock()
 	if failed != nil {
-		return nil, failed
+		// What the server sent before the chain ended the stream, if it opened.
+		c.openMu.Lock()
+		cs := c.cs
+		c.openMu.Unlock()
+		if cs == nil {
+			return nil, nil
+		}
+		h, _ := cs.Header()
+		return h, nil
 	}
 	// While the chain has answered every message so far, the stream has no server to ask
 	// (opening it now would send no message and wait for headers a server waiting for one
@@ -352,7 +362,7 @@ func (c *clientStream) Header() (metadata.MD, error) {
 		return c.localHeader.Copy(), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil
 	}
 	h, err := cs.Header()
 	if err != nil && err != io.EOF {
@@ -367,7 +377,7 @@ func (c *clientStream) Trailer() metadata.MD {
 	cs := c.cs
 	c.openMu.Unlock()
 	if cs == nil {
-		return nil
+		return metadata.MD{} // as grpc-go's for a stream that ended without trailers
 	}
 	return cs.Trailer()
 }
@@ -390,11 +400,10 @@ func (c *clientStream) CloseSend() error {
 	}
 	c.openMu.Unlock()
 	cs, err := c.stream(nil, "")
-	if err == errAnsweredLocally {
-		return nil
-	}
 	if err != nil {
-		return err
+		// Answered locally, or the stream did not open: as grpc-go's CloseSend, it
+		// returns nil and leaves the status to RecvMsg.
+		return nil
 	}
 	return cs.CloseSend()
 }
@@ -422,14 +431,19 @@ func (c *clientStream) SendMsg(v any) error {
 	}
 	c.mu.Lock()
 	failed, over, closed := c.failed, c.over, c.sendClosed
+	if !c.desc.ClientStreams {
+		// A call with one request closes its sending side with it, as grpc-go's does.
+		c.sendClosed = true
+	}
 	c.mu.Unlock()
 	if failed != nil {
 		// The chain ended the stream: later messages neither run it nor go anywhere.
 		return failed
 	}
 	if closed {
-		// grpc-go's answer, given before the chain runs (it might answer locally).
-		return status.Error(codes.Internal, "SendMsg called after CloseSend")
+		// grpc-go's answer, given before the chain runs (it might answer locally); as in
+		// grpc-go, it ends the stream, and RecvMsg returns it too.
+		return c.fail(status.Error(codes.Internal, "SendMsg called after CloseSend"))
 	}
 	if over != nil {
 		// The caller has read the stream's end: as grpc-go does, SendMsg says so.
@@ -517,7 +531,9 @@ func (c *clientStream) sent(err error) error {
 func (c *clientStream) send(buf mem.BufferSlice, msg proto.Message, rewritten bool, md metadata.MD, dst string) error {
 	cs, err := c.stream(md, dst)
 	if err != nil {
-		return err
+		// The stream did not open (a deadline already past, a cancelled context): as
+		// grpc-go's SendMsg does, say the stream is over and leave its status to RecvMsg.
+		return io.EOF
 	}
 	if c.codec {
 		out := rawMessage{buf: buf}
