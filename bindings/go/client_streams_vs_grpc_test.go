@@ -93,6 +93,8 @@ func rvNew(t *testing.T, conn *grpc.ClientConn, c context.Context, d grpc.Stream
 	return conn.NewStream(c, &d, "/echo.Echo/SayStream")
 }
 
+// Headers the server sends before any message, read before the first send; every call
+// after the end, SendMsg after CloseSend included.
 func TestClientStreamActsAsGrpcGo_HeaderBeforeSend(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
@@ -133,6 +135,7 @@ func TestClientStreamActsAsGrpcGo_HeaderBeforeSend(t *testing.T) {
 	})
 }
 
+// SendMsg after CloseSend, then the reads.
 func TestClientStreamActsAsGrpcGo_SendAfterCloseSendThenRecv(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		_, addr := serve(t, "echo-0")
@@ -149,6 +152,7 @@ func TestClientStreamActsAsGrpcGo_SendAfterCloseSendThenRecv(t *testing.T) {
 	})
 }
 
+// A reader that waits before the first message is sent (it opens the stream).
 func TestClientStreamActsAsGrpcGo_RecvBeforeSend(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		_, addr := serve(t, "echo-0")
@@ -173,6 +177,7 @@ func TestClientStreamActsAsGrpcGo_RecvBeforeSend(t *testing.T) {
 	})
 }
 
+// A server that answers, then fails with trailers.
 func TestClientStreamActsAsGrpcGo_ErrorStatusWithTrailers(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
@@ -205,6 +210,7 @@ func TestClientStreamActsAsGrpcGo_ErrorStatusWithTrailers(t *testing.T) {
 	})
 }
 
+// A server that fails before it sends anything (a trailers-only response).
 func TestClientStreamActsAsGrpcGo_TrailersOnlyError(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
@@ -226,20 +232,28 @@ func TestClientStreamActsAsGrpcGo_TrailersOnlyError(t *testing.T) {
 	})
 }
 
+// serveThreeReplies serves SayStream as desc says; the handler answers its one request with
+// three replies and a trailer.
+func serveThreeReplies(t *testing.T, desc grpc.StreamDesc) string {
+	t.Helper()
+	return serveSayStream(t, desc, func(_ any, ss grpc.ServerStream) error {
+		var req echopb.SayRequest
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		ss.SetTrailer(metadata.Pairs("x-t", "1"))
+		for i := range 3 {
+			_ = ss.SendMsg(&echopb.SayReply{Body: fmt.Sprint(req.Body, i)})
+		}
+		return nil
+	})
+}
+
+// A server-streaming call whose caller sends a second request.
 func TestClientStreamActsAsGrpcGo_ServerStreaming(t *testing.T) {
 	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
-		addr := serveSayStream(t, desc, func(_ any, ss grpc.ServerStream) error {
-			var req echopb.SayRequest
-			if err := ss.RecvMsg(&req); err != nil {
-				return err
-			}
-			ss.SetTrailer(metadata.Pairs("x-t", "1"))
-			for i := range 3 {
-				_ = ss.SendMsg(&echopb.SayReply{Body: fmt.Sprint(req.Body, i)})
-			}
-			return nil
-		})
+		addr := serveThreeReplies(t, desc)
 		conn := dialConn(t, addr, opts...)
 		cs, err := rvNew(t, conn, ctx(t), desc)
 		log("new %s", rvErr(err))
@@ -255,20 +269,11 @@ func TestClientStreamActsAsGrpcGo_ServerStreaming(t *testing.T) {
 	})
 }
 
+// A server-streaming call read to its end, then used after it.
 func TestClientStreamActsAsGrpcGo_ServerStreamingNormal(t *testing.T) {
 	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
-		addr := serveSayStream(t, desc, func(_ any, ss grpc.ServerStream) error {
-			var req echopb.SayRequest
-			if err := ss.RecvMsg(&req); err != nil {
-				return err
-			}
-			ss.SetTrailer(metadata.Pairs("x-t", "1"))
-			for i := range 3 {
-				_ = ss.SendMsg(&echopb.SayReply{Body: fmt.Sprint(req.Body, i)})
-			}
-			return nil
-		})
+		addr := serveThreeReplies(t, desc)
 		conn := dialConn(t, addr, opts...)
 		cs, err := rvNew(t, conn, ctx(t), desc)
 		log("new %s", rvErr(err))
@@ -284,6 +289,7 @@ func TestClientStreamActsAsGrpcGo_ServerStreamingNormal(t *testing.T) {
 	})
 }
 
+// A client-streaming call, and calls after its one response.
 func TestClientStreamActsAsGrpcGo_ClientStreaming(t *testing.T) {
 	desc := grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
@@ -306,6 +312,7 @@ func TestClientStreamActsAsGrpcGo_ClientStreaming(t *testing.T) {
 	})
 }
 
+// A client-streaming call read before its sending side is closed.
 func TestClientStreamActsAsGrpcGo_ClientStreamingRecvWithoutClose(t *testing.T) {
 	desc := grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true}
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
@@ -324,6 +331,7 @@ func TestClientStreamActsAsGrpcGo_ClientStreamingRecvWithoutClose(t *testing.T) 
 	})
 }
 
+// The context cancelled before the first message.
 func TestClientStreamActsAsGrpcGo_CancelBeforeFirstMessage(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		_, addr := serve(t, "echo-0")
@@ -343,6 +351,7 @@ func TestClientStreamActsAsGrpcGo_CancelBeforeFirstMessage(t *testing.T) {
 	})
 }
 
+// A deadline that passes mid-stream.
 func TestClientStreamActsAsGrpcGo_Deadline(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
