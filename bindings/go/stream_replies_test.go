@@ -31,33 +31,13 @@ func serverCache(t *testing.T) *weft.Runtime {
 	return open(t, edge("echo.Echo/SayStream", "    server:\n      - cache: {field: body}\n"), "echo")
 }
 
-// A bidirectional handler that reads every message before it answers any: while it reads,
-// it owes a response to each. The chain's reply to a later message goes out after those,
-// in the message's place, or the client pairs it with an earlier message.
+// A handler that reads every message before it answers any (readAllThenAnswer): the
+// chain's reply to a later message goes out after the responses owed before it, in the
+// message's place, or the client pairs it with an earlier message.
 func TestServerStreamLocalReplyWaitsForTheResponsesOwedBeforeIt(t *testing.T) {
 	srt := serverCache(t)
 	var handled atomic.Int64
-	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
-		var bodies []string
-		for {
-			var req echopb.SayRequest
-			err := stream.RecvMsg(&req)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			handled.Add(1)
-			bodies = append(bodies, req.GetBody())
-		}
-		for _, b := range bodies {
-			if err := stream.SendMsg(&echopb.SayReply{Body: b, ServedBy: "handler"}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, srt.ServerOptions()...)
+	addr := serveSayStream(t, bidi, readAllThenAnswer(&handled, nil), srt.ServerOptions()...)
 	conn := dialConn(t, addr)
 	first := openSayStream(t, conn, bidi)
 	sendBodies(t, first, "cached")

@@ -694,11 +694,11 @@ func TestServerStreamPairsResponsesAcrossMessagesWithoutHandles(t *testing.T) {
 	}
 }
 
-func serverStreamPairsResponses(t *testing.T, yaml string) {
-	srt := open(t, yaml, "echo")
-	received := make(chan struct{}, 8)
-	var handled atomic.Int64
-	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, func(_ any, stream grpc.ServerStream) error {
+// readAllThenAnswer is a bidirectional handler that reads every message before it answers
+// any, echoing each body in order: while it reads, it owes a response to each. It counts the
+// messages it reads in handled and, when received is not nil, signals each there.
+func readAllThenAnswer(handled *atomic.Int64, received chan<- struct{}) grpc.StreamHandler {
+	return func(_ any, stream grpc.ServerStream) error {
 		var bodies []string
 		for {
 			var req echopb.SayRequest
@@ -711,7 +711,9 @@ func serverStreamPairsResponses(t *testing.T, yaml string) {
 			}
 			handled.Add(1)
 			bodies = append(bodies, req.GetBody())
-			received <- struct{}{}
+			if received != nil {
+				received <- struct{}{}
+			}
 		}
 		for _, b := range bodies {
 			if err := stream.SendMsg(&echopb.SayReply{Body: b}); err != nil {
@@ -719,7 +721,14 @@ func serverStreamPairsResponses(t *testing.T, yaml string) {
 			}
 		}
 		return nil
-	}, srt.ServerOptions()...)
+	}
+}
+
+func serverStreamPairsResponses(t *testing.T, yaml string) {
+	srt := open(t, yaml, "echo")
+	received := make(chan struct{}, 8)
+	var handled atomic.Int64
+	addr := serveSayStream(t, grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, readAllThenAnswer(&handled, received), srt.ServerOptions()...)
 	conn := dialConn(t, addr)
 	cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true, ServerStreams: true})
 	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "one"}); err != nil {
