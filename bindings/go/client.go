@@ -572,7 +572,7 @@ func (c *clientStream) RecvMsg(v any) error {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
 	if answer := c.takeAnswer(); answer != nil {
-		return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
+		return c.oneResponse(localReply(answer, msg), nil)
 	}
 	c.mu.Lock()
 	over, failed := c.over, c.failed
@@ -580,7 +580,7 @@ func (c *clientStream) RecvMsg(v any) error {
 	if over == io.EOF {
 		// A clean end after messages the chain answered: their replies first.
 		if h, ok := c.pending.nextHeld(); ok {
-			return unmarshalInto(h.msg, msg, "the chain's local reply")
+			return localReply(h.msg, msg)
 		}
 	}
 	if over != nil {
@@ -592,14 +592,14 @@ func (c *clientStream) RecvMsg(v any) error {
 		return failed
 	}
 	if h, ok := c.pending.nextHeld(); ok {
-		return unmarshalInto(h.msg, msg, "the chain's local reply")
+		return localReply(h.msg, msg)
 	}
 
 	cs, err := c.stream(nil, "")
 	if err == errAnsweredLocally {
 		// A reply the chain made just before the sending side closed comes first.
 		if h, ok := c.pending.nextHeld(); ok {
-			return unmarshalInto(h.msg, msg, "the chain's local reply")
+			return localReply(h.msg, msg)
 		}
 		c.finish(nil, nil)
 		return c.end(io.EOF)
@@ -634,7 +634,7 @@ func (c *clientStream) RecvMsg(v any) error {
 			// call's one response, which came first.
 			if !c.desc.ServerStreams {
 				if answer := c.takeAnswer(); answer != nil {
-					return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), cs.Trailer())
+					return c.oneResponse(localReply(answer, msg), cs.Trailer())
 				}
 			}
 			// grpc-go has ended the stream: its trailers are read.
@@ -643,7 +643,7 @@ func (c *clientStream) RecvMsg(v any) error {
 			if err == io.EOF {
 				// A clean end after messages the chain answered: their replies first.
 				if h, ok := c.pending.nextHeld(); ok {
-					return unmarshalInto(h.msg, msg, "the chain's local reply")
+					return localReply(h.msg, msg)
 				}
 			}
 			return err
@@ -654,12 +654,12 @@ func (c *clientStream) RecvMsg(v any) error {
 		if !c.desc.ServerStreams {
 			if answer := c.takeAnswer(); answer != nil {
 				keepEarly(s, msg, c.codec).free()
-				return c.oneResponse(unmarshalInto(answer, msg, "the chain's local reply"), nil)
+				return c.oneResponse(localReply(answer, msg), nil)
 			}
 		}
 		if h, ok := c.pending.nextHeld(); ok {
 			c.early = keepEarly(s, msg, c.codec)
-			return unmarshalInto(h.msg, msg, "the chain's local reply")
+			return localReply(h.msg, msg)
 		}
 	}
 	err = c.response(cs, s, msg)
@@ -673,6 +673,11 @@ func (c *clientStream) RecvMsg(v any) error {
 		return c.fail(err)
 	}
 	return err
+}
+
+// localReply decodes a reply the chain made into the caller's message.
+func localReply(b []byte, msg proto.Message) error {
+	return unmarshalInto(b, msg, "the chain's local reply")
 }
 
 // oneResponse ends a call without server streaming at its one response, the server's or

@@ -525,26 +525,21 @@ type serverStream struct {
 }
 
 // streamEnd is how the chain ended a stream, which RecvMsg keeps returning and the stream's
-// status becomes: a message's rejection, or errAnsweredStream. It has a lock of its own so
-// that receiving never waits for a send that flow control holds up.
-type streamEnd struct {
-	mu  sync.Mutex
-	err error
-}
+// status becomes: a message's rejection, or errAnsweredStream. Read on every message, so
+// an atomic pointer rather than a lock; it is apart from sendMu, so that receiving never
+// waits for a send that flow control holds up.
+type streamEnd struct{ err atomic.Pointer[error] }
 
 func (e *streamEnd) get() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
+	if p := e.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // set records err unless the stream already ended: the first end is the stream's.
 func (e *streamEnd) set(err error) {
-	e.mu.Lock()
-	if e.err == nil {
-		e.err = err
-	}
-	e.mu.Unlock()
+	e.err.CompareAndSwap(nil, &err)
 }
 
 // errAnsweredStream is what RecvMsg returns, and a later SendMsg, once the chain has sent the
