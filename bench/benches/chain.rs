@@ -2,7 +2,12 @@
 //! `cargo bench -p weft-bench --bench chain`.
 //!
 //! * `five/{interp,jit_fused,jit_unfused,hand_written}` — one RPC (request down, response
-//!   up) through [ratelimit, firewall, logging, metrics, fault];
+//!   up) through [ratelimit, firewall, logging, metrics, fault], with what the rig does
+//!   around it (copying both messages, draining the last RPC's records); `five/messages_only`
+//!   is the copying alone;
+//! * `five_chain/…` — the same RPCs with only the chain timed: each batch's message copies
+//!   are made before it, and its records and the messages it handed on are dropped after
+//!   it, as the transport and the channel reader do in a service;
 //! * `per_element/{1,11}` — a fused chain of 1 and 11 `count` elements (the difference / 10 is
 //!   the cost of one simple element);
 //! * `compile/ten` — compiling a fused 10-element chain (both directions);
@@ -13,29 +18,44 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use weft_bench::{Answer, FIVE, HandRig, counters, load_chain, request, response};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response, time_batches};
 use weft_jit::rig::{Rig, RunOutcome};
 use weft_jit::{Fusion, compile};
 
 fn five(c: &mut Criterion) {
     let (elements, method) = load_chain(FIVE).unwrap();
     let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
-    let mut g = c.benchmark_group("five");
-    for (name, fusion) in [
+    let executors = [
         ("interp", None),
         ("jit_fused", Some(Fusion::Fused)),
         ("jit_unfused", Some(Fusion::Unfused)),
-    ] {
-        let mut rig = Rig::new(&elements, fusion, req.clone(), resp.clone()).unwrap();
-        assert_eq!(rig.run(), RunOutcome::Forwarded, "{name}");
-        g.bench_function(name, |b| b.iter(|| black_box(rig.run())));
-    }
+    ];
+    let mut rigs: Vec<(&str, Rig)> = executors
+        .into_iter()
+        .map(|(name, fusion)| {
+            let mut rig = Rig::new(&elements, fusion, req.clone(), resp.clone()).unwrap();
+            assert_eq!(rig.run(), RunOutcome::Forwarded, "{name}");
+            (name, rig)
+        })
+        .collect();
     let mut hand = HandRig::new(&method).unwrap();
-    assert!(matches!(hand.run(), Answer::Response(_)));
+    assert!(hand.run());
+
+    let mut g = c.benchmark_group("five");
+    for (name, rig) in &mut rigs {
+        g.bench_function(*name, |b| b.iter(|| black_box(rig.run())));
+    }
     g.bench_function("hand_written", |b| b.iter(|| black_box(hand.run())));
     // What every executor pays per RPC before any element runs.
-    g.bench_function("messages_only", |b| {
-        b.iter(|| black_box(hand.messages_only()))
+    g.bench_function("messages_only", |b| b.iter(|| black_box(hand.input())));
+    g.finish();
+
+    let mut g = c.benchmark_group("five_chain");
+    for (name, rig) in &mut rigs {
+        g.bench_function(*name, |b| b.iter_custom(|n| time_batches(rig, n)));
+    }
+    g.bench_function("hand_written", |b| {
+        b.iter_custom(|n| time_batches(&mut hand, n))
     });
     g.finish();
 }

@@ -5,7 +5,7 @@
 //! benchmark times and on the paths where an element rejects or fails.
 
 use weft_bench::{FIVE, counters, load_chain, request, response};
-use weft_hostcalls::Value;
+use weft_hostcalls::{Message, Value};
 use weft_jit::Fusion;
 use weft_jit::rig::{Rig, RunOutcome};
 
@@ -50,6 +50,15 @@ fn agree(items: &str, n: usize, expect: RunOutcome) {
         let recs: Vec<Records> = rigs.iter().map(records).collect();
         assert_eq!(recs[0], recs[1], "fused, {items} run {run}");
         assert_eq!(recs[0], recs[2], "unfused, {items} run {run}");
+        let delivered: Vec<Vec<Message>> = rigs
+            .iter()
+            .map(|r| r.delivered().cloned().collect())
+            .collect();
+        // Only an answer of the first element leaves no response handler to run.
+        let answered_first = outcomes[0] == RunOutcome::Rejected(0);
+        assert_eq!(delivered[0].is_empty(), answered_first, "{items} run {run}");
+        assert_eq!(delivered[0], delivered[1], "fused, {items} run {run}");
+        assert_eq!(delivered[0], delivered[2], "unfused, {items} run {run}");
     }
     let states: Vec<Counters> = rigs.iter_mut().map(state).collect();
     assert_eq!(states[0], states[1], "fused, {items}");
@@ -83,4 +92,32 @@ fn the_first_element_rejecting_runs_no_response_handler() {
 #[test]
 fn counters_agree() {
     agree(&counters(3), 10, RunOutcome::Forwarded);
+}
+
+#[test]
+fn inputs_made_ahead_run_as_run_does() {
+    // The chain-only benchmarks make a batch's inputs before running it; the RPCs must be the
+    // ones `run` makes one at a time: same ids, times, records, deliveries and final state.
+    let (elements, method) = load_chain(FIVE).unwrap();
+    let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+    for fusion in [None, Some(Fusion::Fused)] {
+        let mut one_by_one = Rig::new(&elements, fusion, req.clone(), resp.clone()).unwrap();
+        let mut ahead = Rig::new(&elements, fusion, req.clone(), resp.clone()).unwrap();
+        let (mut recs, mut delivered) = (Vec::new(), Vec::new());
+        for _ in 0..6 {
+            assert_eq!(one_by_one.run(), RunOutcome::Forwarded);
+            recs.extend(records(&one_by_one));
+            delivered.extend(one_by_one.delivered().cloned());
+        }
+        ahead.drain();
+        let inputs: Vec<_> = (0..6).map(|_| ahead.input()).collect();
+        for input in inputs {
+            assert_eq!(ahead.run_input(input), RunOutcome::Forwarded);
+        }
+        assert_eq!(records(&ahead), recs, "{fusion:?}");
+        assert_eq!(ahead.delivered().cloned().collect::<Vec<_>>(), delivered);
+        assert_eq!(state(&mut ahead), state(&mut one_by_one), "{fusion:?}");
+        let ids: Vec<u64> = recs.iter().map(|r| r.2).collect();
+        assert!(ids.contains(&1) && ids.contains(&6), "ids {ids:?}");
+    }
 }

@@ -2,10 +2,19 @@
 //! edge gets one instance, and each run sends one pre-encoded request down the chain and,
 //! when it reaches the server, one pre-encoded response back up. `weft bench` and the
 //! criterion benchmarks use it.
+//!
+//! An RPC consumes its own copies of the two messages, as a service's chain consumes what
+//! the network delivered. [`Rig::run`] makes them as part of the RPC; [`Rig::input`] makes
+//! them ahead, and keeps the messages an RPC hands on (the request the server got, the
+//! answer the client got) until [`Rig::drain`], so [`Rig::run_input`] times only the chain:
+//! copying messages in, releasing them after delivery and reading the records belong to the
+//! transport and to whoever reads the channels, not to the chain. (Criterion's
+//! `iter_batched` draws the same line: inputs made before, outputs dropped after.)
 
 use std::sync::Arc;
 
 use weft_hostcalls::channel::ChannelRecord;
+use weft_hostcalls::clock::Clock;
 use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
 use weft_ir::interp::{self, Host, Instance, RpcInfo, Verdict};
@@ -20,6 +29,41 @@ use crate::exec::{Buffers, SharedVerdict, block_store, emptied};
 pub enum Runner {
     Interp,
     Jit(Box<Compiled>, Buffers),
+}
+
+/// One RPC's inputs, made before it runs: its id, the virtual time it runs at, and its own
+/// copies of the request and of the server's response, in the form the runner takes.
+pub struct RpcInput {
+    id: u64,
+    at: f64,
+    messages: Messages,
+}
+
+enum Messages {
+    /// The interpreter takes messages by value. Boxed, so an input of compiled code stays
+    /// four words and moving one costs nothing next to the chain.
+    Owned(Box<(Message, Message)>),
+    /// Compiled code shares them (a channel record may hold one), as the runtime does.
+    Shared(Arc<Message>, Arc<Message>),
+}
+
+impl Messages {
+    // An input made by a rig of the other kind still runs; only its timing is off.
+    #[inline(always)]
+    fn owned(self) -> (Message, Message) {
+        match self {
+            Messages::Owned(pair) => *pair,
+            Messages::Shared(req, resp) => (Arc::unwrap_or_clone(req), Arc::unwrap_or_clone(resp)),
+        }
+    }
+
+    #[inline(always)]
+    fn shared(self) -> (Arc<Message>, Arc<Message>) {
+        match self {
+            Messages::Shared(req, resp) => (req, resp),
+            Messages::Owned(pair) => (Arc::new(pair.0), Arc::new(pair.1)),
+        }
+    }
 }
 
 /// What one run did, so benchmarks can check they measure the path they mean to.
@@ -37,10 +81,18 @@ pub struct Rig {
     /// Virtual seconds between runs (a rate limiter sees time pass).
     pub tick: f64,
     pub channels: Vec<ChannelRecord>,
+    /// What the RPCs since the last [`Rig::drain`] handed on: by the interpreter, and by
+    /// compiled code. Two vectors, so compiled code's push writes one pointer (a push of an
+    /// enum as large as a message copies it through the stack, and stalls).
+    delivered_owned: Vec<Message>,
+    delivered_shared: Vec<Arc<Message>>,
     pub request: Message,
     pub response: Message,
     runner: Runner,
     rpc: RpcInfo,
+    /// The id and virtual time of the last input made.
+    last_id: u64,
+    last_at: f64,
     /// The allocation behind each run's `Vec<&mut Instance>`, kept empty between runs.
     spare: Vec<&'static mut Instance>,
 }
@@ -86,10 +138,15 @@ impl Rig {
             clock,
             tick: 0.001,
             channels,
+            delivered_owned: Vec::new(),
+            delivered_shared: Vec::new(),
             request,
             response,
             runner,
             spare: Vec::new(),
+            last_id: 0,
+            // `input` starts from the clock, which `init` read.
+            last_at: f64::NEG_INFINITY,
             rpc: RpcInfo {
                 id: 0,
                 method: String::new(),
@@ -111,11 +168,50 @@ impl Rig {
         }
     }
 
-    /// One RPC: the request down the chain, the response (or the early answer) back up.
+    /// One RPC: the previous one's records and messages drained, the messages copied, the
+    /// request down the chain, the response (or the early answer) back up.
     pub fn run(&mut self) -> RunOutcome {
-        self.clock.advance(self.tick);
+        self.drain();
+        let input = self.input();
+        self.run_input(input)
+    }
+
+    /// What the RPCs since the last drain handed on, in order: per RPC, the request as the
+    /// server got it (when it got there), then the answer the client got (when a response
+    /// handler ran).
+    pub fn delivered(&self) -> impl Iterator<Item = &Message> {
+        // A rig runs one executor, so one of the two is empty.
+        (self.delivered_owned.iter()).chain(self.delivered_shared.iter().map(|m| &**m))
+    }
+
+    /// Drops the records and the delivered messages of the RPCs run since the last drain.
+    pub fn drain(&mut self) {
         self.channels.clear();
-        self.rpc.id = self.rpc.id.wrapping_add(1);
+        self.delivered_owned.clear();
+        self.delivered_shared.clear();
+    }
+
+    /// The next RPC's inputs: `tick` virtual seconds after the last input made (or after
+    /// the clock, if someone moved it further), with fresh copies of the messages.
+    pub fn input(&mut self) -> RpcInput {
+        self.last_id = self.last_id.wrapping_add(1);
+        self.last_at = self.last_at.max(self.clock.now()) + self.tick;
+        let (request, response) = (self.request.clone(), self.response.clone());
+        RpcInput {
+            id: self.last_id,
+            at: self.last_at,
+            messages: match self.runner {
+                Runner::Interp => Messages::Owned(Box::new((request, response))),
+                Runner::Jit(..) => Messages::Shared(Arc::new(request), Arc::new(response)),
+            },
+        }
+    }
+
+    /// One RPC on inputs made by [`Rig::input`], in the order they were made; its records
+    /// are added to `channels`, and the messages it hands on are kept until [`Rig::drain`].
+    pub fn run_input(&mut self, input: RpcInput) -> RunOutcome {
+        self.clock.set(input.at);
+        self.rpc.id = input.id;
         let rpc = &self.rpc;
         let mut insts = emptied(std::mem::take(&mut self.spare));
         insts.extend(self.instances.iter_mut());
@@ -123,16 +219,15 @@ impl Rig {
             clock: &self.clock,
             channels: &mut self.channels,
         };
-        let req = self.request.clone();
         let outcome = match &mut self.runner {
             Runner::Interp => {
+                let (req, response) = input.messages.owned();
                 let out = Interp.request(&self.elements, &mut insts, req, rpc, &mut host);
                 let (start, resp, outcome) = match out.verdict {
-                    Verdict::Forward(_) => (
-                        self.elements.len(),
-                        self.response.clone(),
-                        RunOutcome::Forwarded,
-                    ),
+                    Verdict::Forward(req) => {
+                        self.delivered_owned.push(req);
+                        (self.elements.len(), response, RunOutcome::Forwarded)
+                    }
                     Verdict::Reply(m) => (out.decided, m, RunOutcome::Replied(out.decided)),
                     Verdict::Reject { code, message } => (
                         out.decided,
@@ -153,22 +248,35 @@ impl Rig {
                         };
                         &rerouted
                     };
-                    Interp.response(&self.elements, &mut insts, start - 1, resp, rpc, &mut host);
+                    let answer = Interp.response(
+                        &self.elements,
+                        &mut insts,
+                        start - 1,
+                        resp,
+                        rpc,
+                        &mut host,
+                    );
+                    self.delivered_owned.push(answer);
                 }
                 outcome
             }
             Runner::Jit(c, bufs) => {
                 // Messages stay shared end to end, as the runtime keeps them.
-                let response = &self.response;
-                let (out, _) =
-                    c.round_trip(bufs, &mut insts, Arc::new(req), rpc, &mut host, || {
-                        Arc::new(response.clone())
-                    });
-                match out.verdict {
-                    SharedVerdict::Forward(_) => RunOutcome::Forwarded,
+                let (req, response) = input.messages.shared();
+                let (out, answer) =
+                    c.round_trip(bufs, &mut insts, req, rpc, &mut host, || response);
+                let outcome = match out.verdict {
+                    SharedVerdict::Forward(req) => {
+                        self.delivered_shared.push(req);
+                        RunOutcome::Forwarded
+                    }
                     SharedVerdict::Reply(_) => RunOutcome::Replied(out.decided),
                     SharedVerdict::Reject { .. } => RunOutcome::Rejected(out.decided),
+                };
+                if let Some(answer) = answer {
+                    self.delivered_shared.push(answer);
                 }
+                outcome
             }
         };
         self.spare = emptied(insts);

@@ -256,6 +256,14 @@ fn bench_prints_nanoseconds_per_rpc_for_both_executors() {
     for want in ["interp:", "jit:", "ns/RPC", "speed-up:"] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }
+    // Both executors ran all 200 RPCs, and agree on how many reached the server.
+    let reached: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once('(')?.1.strip_suffix(" reached the server)"))
+        .collect();
+    assert_eq!(reached.len(), 2, "{text}");
+    assert_eq!(reached[0], reached[1], "{text}");
+    assert!(reached[0].ends_with(" of 200"), "{text}");
     let bad = weft(&[
         "bench",
         "--config",
