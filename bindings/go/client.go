@@ -414,6 +414,16 @@ func (c *clientStream) answeredLocally() bool {
 	return c.answered
 }
 
+// openedStream is the underlying stream if it opened, else nil.
+func (c *clientStream) openedStream() grpc.ClientStream {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if !c.opened || c.openErr != nil {
+		return nil
+	}
+	return c.cs
+}
+
 func (c *clientStream) Context() context.Context {
 	c.openMu.Lock()
 	cs := c.cs
@@ -441,8 +451,13 @@ func (c *clientStream) SendMsg(v any) error {
 		return failed
 	}
 	if closed {
-		// grpc-go's answer, given before the chain runs (it might answer locally); as in
-		// grpc-go, it ends the stream, and RecvMsg returns it too.
+		// grpc-go's answer, given before the chain runs (it might answer locally). An open
+		// stream gives it itself and ends as grpc-go's does: RecvMsg then returns the
+		// server's end if it had arrived, else this error. Ending the stream here instead
+		// made RecvMsg return the error even after the server's end had arrived.
+		if cs := c.openedStream(); cs != nil {
+			return cs.SendMsg(msg)
+		}
 		return c.fail(status.Error(codes.Internal, "SendMsg called after CloseSend"))
 	}
 	if over != nil {

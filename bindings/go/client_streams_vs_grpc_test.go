@@ -152,6 +152,28 @@ func TestClientStreamActsAsGrpcGo_SendAfterCloseSendThenRecv(t *testing.T) {
 	})
 }
 
+// SendMsg after CloseSend once the server's end has arrived: grpc-go refuses the message
+// and ends the stream, but RecvMsg still returns the server's end, not the refusal. (Before
+// the server's end arrives, RecvMsg returns the refusal; the test above covers that.)
+func TestClientStreamActsAsGrpcGo_SendAfterTheServerEnded(t *testing.T) {
+	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
+		_, addr := serve(t, "echo-0")
+		conn := dialConn(t, addr, opts...)
+		cs, err := rvNew(t, conn, ctx(t), rvBidi)
+		log("new %s", rvErr(err))
+		log("send %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "a"})))
+		log("close %s", rvErr(cs.CloseSend()))
+		// The server answers "a" and ends when it reads the close; its status is then on
+		// its way, and long arrived after this wait on a loopback connection.
+		time.Sleep(100 * time.Millisecond)
+		log("sendAfterClose %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "b"})))
+		var r echopb.SayReply
+		log("recv %s %s", rvErr(cs.RecvMsg(&r)), r.Body)
+		log("recv %s", rvErr(cs.RecvMsg(&r)))
+		log("recv again %s", rvErr(cs.RecvMsg(&r)))
+	})
+}
+
 // A reader that waits before the first message is sent (it opens the stream).
 func TestClientStreamActsAsGrpcGo_RecvBeforeSend(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
