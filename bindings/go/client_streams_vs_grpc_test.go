@@ -124,8 +124,10 @@ func TestClientStreamActsAsGrpcGo_HeaderBeforeSend(t *testing.T) {
 		log("recv %s %s", rvErr(cs.RecvMsg(&r)), r.Body)
 		log("close %s", rvErr(cs.CloseSend()))
 		log("close2 %s", rvErr(cs.CloseSend()))
-		log("sendAfterClose %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "b"})))
+		// Read the end first: a SendMsg after CloseSend racing the server's end makes the
+		// next RecvMsg return either, in grpc-go as in Weft (the next two tests).
 		log("recv %s", rvErr(cs.RecvMsg(&r)))
+		log("sendAfterClose %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "b"})))
 		log("recv again %s", rvErr(cs.RecvMsg(&r)))
 		h, err = cs.Header()
 		log("header after %s %s", rvMD(h), rvErr(err))
@@ -135,16 +137,31 @@ func TestClientStreamActsAsGrpcGo_HeaderBeforeSend(t *testing.T) {
 	})
 }
 
-// SendMsg after CloseSend, then the reads.
+// SendMsg after CloseSend before the server answered, then the reads.
 func TestClientStreamActsAsGrpcGo_SendAfterCloseSendThenRecv(t *testing.T) {
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
-		_, addr := serve(t, "echo-0")
+		// The server holds its answer until the refused SendMsg has returned, so the
+		// refusal always comes before the server's end.
+		release := make(chan struct{})
+		addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
+			var req echopb.SayRequest
+			if err := ss.RecvMsg(&req); err != nil {
+				return err
+			}
+			select {
+			case <-release:
+			case <-ss.Context().Done():
+				return ss.Context().Err()
+			}
+			return ss.SendMsg(&echopb.SayReply{Body: req.Body})
+		})
 		conn := dialConn(t, addr, opts...)
 		cs, err := rvNew(t, conn, ctx(t), rvBidi)
 		log("new %s", rvErr(err))
 		log("send %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "a"})))
 		log("close %s", rvErr(cs.CloseSend()))
 		log("sendAfterClose %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "b"})))
+		close(release)
 		var r echopb.SayReply
 		log("recv %s %s", rvErr(cs.RecvMsg(&r)), r.Body)
 		log("recv %s", rvErr(cs.RecvMsg(&r)))
