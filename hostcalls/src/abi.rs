@@ -373,6 +373,8 @@ pub enum HostFn {
     LitEq = 39,
     Items = 40,
     ItemsLen = 41,
+    /// `(items, index, element)`: an item of a `foreach`, counted as one iteration of the
+    /// element's handler run against the iteration limit.
     ItemAt = 42,
     FieldRead = 43,
     FieldReadInt = 44,

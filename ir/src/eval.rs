@@ -29,9 +29,30 @@ pub enum RuntimeError {
     State(#[from] StateError),
     #[error("malformed message: {0}")]
     Malformed(#[from] WireError),
+    /// A handler ran more `foreach` iterations than [`MAX_ITERATIONS`].
+    #[error("more than {max} foreach iterations in one handler (nested loops over large state?)")]
+    TooManyIterations { max: u64 },
     /// An operand had a kind the checker should have excluded; a bug, reported not panicked.
     #[error("internal type error: {0}")]
     Type(String),
+}
+
+/// The most `foreach` iterations one run of one element's handler may make, nested loops
+/// counted together. Past it the RPC is rejected (INTERNAL) and the element's error counter
+/// grows, as for any run-time error. Without a bound, two nested loops over a map the
+/// element grows per RPC make the data path quadratic in the map, and one RPC can stall
+/// its thread for minutes. A million iterations take tens of milliseconds interpreted.
+pub const MAX_ITERATIONS: u64 = 1_000_000;
+
+/// One more `foreach` iteration of a handler run that has made `*done` so far.
+pub fn count_iteration(done: &mut u64) -> Result<(), RuntimeError> {
+    *done += 1;
+    if *done > MAX_ITERATIONS {
+        return Err(RuntimeError::TooManyIterations {
+            max: MAX_ITERATIONS,
+        });
+    }
+    Ok(())
 }
 
 impl RuntimeError {

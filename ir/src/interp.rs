@@ -319,6 +319,8 @@ struct Frame<'a, 'h> {
     inst: &'a mut Instance,
     rpc: &'a RpcInfo,
     host: &'a mut Host<'h>,
+    /// `foreach` iterations made so far (see [`crate::eval::MAX_ITERATIONS`]).
+    iterations: u64,
 }
 
 impl<'a, 'h> Frame<'a, 'h> {
@@ -338,6 +340,7 @@ impl<'a, 'h> Frame<'a, 'h> {
             inst,
             rpc,
             host,
+            iterations: 0,
         }
     }
 
@@ -487,6 +490,7 @@ impl<'a, 'h> Frame<'a, 'h> {
                     },
                 };
                 for item in items {
+                    crate::eval::count_iteration(&mut self.iterations)?;
                     match binder {
                         Binder::One(l) => self.locals[*l] = item,
                         Binder::Pair(a, b) => {

@@ -14,7 +14,7 @@ use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
 use crate::compile::{Compiled, Fusion, Part, compile};
-use crate::host::{Extraction, Frame, UNIT};
+use crate::host::{Extraction, Frame, Iterations, UNIT};
 use crate::lower::{block_vars, code_of};
 
 /// Buffers reused from call to call, so a call allocates only what its values need.
@@ -285,6 +285,7 @@ impl Compiled {
             error: None,
             reject: String::new(),
             extracted: &mut bufs.extracted,
+            iterations: Iterations::default(),
         }
     }
 
@@ -529,6 +530,7 @@ impl Compiled {
                     };
                     frame.handler = Handler::Resp;
                     frame.error = None;
+                    frame.iterations = Iterations::default();
                     frame.extracted.msg = UNIT;
                     // SAFETY: the request's frame, reset for the response: same part,
                     // same blocks, which the caller checked.

@@ -126,6 +126,33 @@ pub struct Frame<'a, 'i, 'h> {
     pub reject: String,
     /// The fields of the last message read, from one pass over its bytes.
     pub extracted: &'a mut Extraction,
+    /// The `foreach` iterations of the element handler running now.
+    pub iterations: Iterations,
+}
+
+/// The `foreach` iterations of one element's handler run, counted against
+/// [`weft_ir::eval::MAX_ITERATIONS`] as the interpreter counts them. A fused function runs
+/// several elements' handlers, each once, in order; the count starts again when the element
+/// changes.
+#[derive(Clone, Copy, Debug)]
+pub struct Iterations {
+    elem: i64,
+    done: u64,
+}
+
+impl Default for Iterations {
+    fn default() -> Self {
+        Iterations { elem: -1, done: 0 }
+    }
+}
+
+impl Iterations {
+    fn count(&mut self, elem: i64) -> Result<(), RuntimeError> {
+        if self.elem != elem {
+            *self = Iterations { elem, done: 0 };
+        }
+        weft_ir::eval::count_iteration(&mut self.done)
+    }
 }
 
 /// The outcome of one [`wire::extract`] pass, for the message at arena handle `msg`. The
@@ -799,8 +826,10 @@ extern "C" fn hc_items_len(f: F, h: u64) -> i64 {
     })
 }
 
-extern "C" fn hc_item_at(f: F, h: u64, i: i64) -> u64 {
+/// Item `i` of a `foreach` of element `elem`, counted as one more iteration of its handler.
+extern "C" fn hc_item_at(f: F, h: u64, i: i64, elem: i64) -> u64 {
     guard(f, UNIT, |f| {
+        f.iterations.count(elem)?;
         let v = match f.get(h)? {
             Value::Vec(v) => usize::try_from(i).ok().and_then(|i| v.get(i)).cloned(),
             _ => None,
@@ -1329,7 +1358,7 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         LitEq => (hc_lit_eq as *const u8, sig(&[I, I], Some(I))),
         Items => (hc_items as *const u8, sig(&[I], Some(I))),
         ItemsLen => (hc_items_len as *const u8, sig(&[I], Some(I))),
-        ItemAt => (hc_item_at as *const u8, sig(&[I, I], Some(I))),
+        ItemAt => (hc_item_at as *const u8, sig(&[I, I, I], Some(I))),
         FieldRead => (hc_field_read as *const u8, sig(&[I, I], Some(I))),
         FieldReadInt => (hc_field_read_int as *const u8, sig(&[I, I], Some(I))),
         FieldReadFloat => (hc_field_read_float as *const u8, sig(&[I, I], Some(Fl))),

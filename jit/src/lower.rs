@@ -847,7 +847,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.b.ins().brif(more, body_blk, &[], exit, &[]);
         self.b.switch_to_block(body_blk);
         let iv = self.b.use_var(i);
-        let item = self.callv(HostFn::ItemAt, &[items, iv]);
+        let e = self.elem();
+        let item = self.callv(HostFn::ItemAt, &[items, iv, e]);
         self.check();
         match binder {
             Binder::One(l) => {

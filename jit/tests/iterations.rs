@@ -1,0 +1,203 @@
+#![allow(clippy::unwrap_used)]
+//! A handler's `foreach` iterations are bounded (`weft_ir::eval::MAX_ITERATIONS`, nested
+//! loops counted together), and both executors stop at the same iteration: the RPC is
+//! rejected with INTERNAL, the element's error counter grows, and what the handler did
+//! before the limit stays, the same in both.
+
+mod common;
+
+use common::{BothExecutors, echo_element, element_from_source};
+use weft_hostcalls::{Code, Message, Value};
+use weft_ir::eval::MAX_ITERATIONS;
+use weft_ir::interp::Verdict;
+
+/// Two nested loops over the request's tags: n + n² iterations for n tags.
+const SOURCE: &str = "\
+state:
+    visits: int
+
+init():
+    pass
+
+req(rpc):
+    foreach(get(rpc, 'tags'), lambda(a):
+        foreach(get(rpc, 'tags'), lambda(b):
+            visits = visits + 1
+        )
+    )
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+fn with_tags(n: usize) -> Message {
+    let (_, method) = echo_element("logging");
+    let tags: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let json = serde_json::json!({ "user": "alice", "tags": tags });
+    Message::request(weft_ir::wire::json_to_bytes(&method.request, &json).unwrap())
+}
+
+fn visits(both: &mut BothExecutors) -> [Option<Value>; 2] {
+    [&mut both.oracle, &mut both.jit].map(|inst| {
+        (inst.store.snapshot().into_iter())
+            .find(|(name, _)| name == "visits")
+            .map(|(_, v)| v)
+    })
+}
+
+#[test]
+fn nested_loops_stop_at_the_same_iteration_in_both_executors() {
+    // 999 tags: 999 + 998 001 iterations, under the limit; 1000 tags: 1 001 000, over it.
+    assert_eq!(
+        MAX_ITERATIONS, 1_000_000,
+        "the tag counts below assume this limit"
+    );
+    let (e, _) = element_from_source("loops", SOURCE);
+    let mut both = BothExecutors::new(e, "loops");
+
+    let under = with_tags(999);
+    for (executor, out) in both.request(|| under.clone()) {
+        assert!(
+            matches!(out.verdict, Verdict::Forward(_)),
+            "{executor}: {:?}",
+            out.verdict
+        );
+    }
+    let [oracle, jit] = visits(&mut both);
+    assert_eq!(oracle, Some(Value::Int(999 * 999)));
+    assert_eq!(jit, oracle);
+
+    let over = with_tags(1000);
+    for (executor, out) in both.request(|| over.clone()) {
+        match out.verdict {
+            Verdict::Reject { code, message } => {
+                assert_eq!(code, Code::Internal, "{executor}");
+                assert!(
+                    message.starts_with("loops: more than 1000000 foreach iterations"),
+                    "{executor}: {message}"
+                );
+            }
+            other => panic!("{executor}: {other:?}"),
+        }
+    }
+    // Both stopped at iteration 1 000 001: the inner body ran for every inner iteration
+    // counted before it, in both.
+    let [oracle, jit] = visits(&mut both);
+    assert!(
+        matches!(oracle, Some(Value::Int(v)) if v > 999 * 999),
+        "{oracle:?}"
+    );
+    assert_eq!(jit, oracle);
+    assert_eq!((both.oracle.errors, both.jit.errors), (1, 1));
+
+    // The count is per handler run: the next RPC under the limit passes again.
+    for (executor, out) in both.request(|| under.clone()) {
+        assert!(matches!(out.verdict, Verdict::Forward(_)), "{executor}");
+    }
+}
+
+#[test]
+fn each_element_of_a_fused_chain_has_its_own_count() {
+    // 800 tags: 640 800 iterations per element, 1 281 600 for the two together.
+    use weft_ir::sim::{Executor, Interp};
+    let elements: Vec<_> = ["loops_a", "loops_b"]
+        .map(|name| element_from_source(name, SOURCE).0)
+        .into();
+    // One function for both elements' handlers, with one frame.
+    let compiled = weft_jit::compile(&elements, weft_jit::Fusion::Fused).unwrap();
+    let mut oracle: Vec<_> = (elements.iter())
+        .map(|e| {
+            let store = common::local_store(e);
+            weft_ir::interp::Instance::new(
+                &*e.name,
+                store,
+                Box::new(weft_hostcalls::SeededRng::new(1)),
+            )
+        })
+        .collect();
+    let mut jit: Vec<_> = (elements.iter())
+        .map(|e| common::jit_instance(e, &e.name))
+        .collect();
+    let clock = weft_hostcalls::VirtualClock::new(1.0);
+    let mut records = Vec::new();
+    let mut host = weft_ir::interp::Host {
+        clock: &clock,
+        channels: &mut records,
+    };
+    let msg = with_tags(800);
+    let want = Interp.request(
+        &elements,
+        &mut oracle.iter_mut().collect::<Vec<_>>(),
+        msg.clone(),
+        &common::rpc(),
+        &mut host,
+    );
+    let got = compiled.request(
+        &mut weft_jit::Buffers::default(),
+        &mut jit.iter_mut().collect::<Vec<_>>(),
+        msg,
+        &common::rpc(),
+        &mut host,
+    );
+    for (executor, out) in [("interpreter", want), ("jit", got)] {
+        assert!(
+            matches!(out.verdict, Verdict::Forward(_)),
+            "{executor}: {:?}",
+            out.verdict
+        );
+    }
+}
+
+#[test]
+fn a_round_trip_counts_the_response_handler_apart_from_the_request_handler() {
+    // 750 tags: 564 000 iterations in `req`, 563 250 in `resp` of the same element, which the
+    // fused round trip runs with one frame.
+    const BOTH_WAYS: &str = "\
+state:
+    seen: Vec<string>
+    visits: int
+
+init():
+    pass
+
+req(rpc):
+    foreach(get(rpc, 'tags'), lambda(t):
+        set(seen, size(seen), t)
+    )
+    foreach(seen, lambda(a):
+        foreach(seen, lambda(b):
+            visits = visits + 1
+        )
+    )
+    send(rpc, Down)
+
+resp(rpc):
+    foreach(seen, lambda(a):
+        foreach(seen, lambda(b):
+            visits = visits + 1
+        )
+    )
+    send(rpc, Up)
+";
+    use weft_jit::rig::{Rig, RunOutcome};
+    let (e, _) = element_from_source("both_ways", BOTH_WAYS);
+    let response = Message::response(Vec::new());
+    for fusion in [None, Some(weft_jit::Fusion::Fused)] {
+        let mut rig = Rig::new(
+            std::slice::from_ref(&e),
+            fusion,
+            with_tags(750),
+            response.clone(),
+        )
+        .unwrap();
+        assert_eq!(rig.run(), RunOutcome::Forwarded, "{fusion:?}");
+        let answer: Vec<_> = rig.delivered().map(|m| m.code).collect();
+        assert_eq!(
+            answer,
+            [Code::Ok, Code::Ok],
+            "{fusion:?}: request and response"
+        );
+        assert_eq!(rig.instances[0].errors, 0, "{fusion:?}");
+    }
+}
