@@ -18,8 +18,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use weft_bench::{FIVE, HandRig, counters, load_chain, request, response, time_batches};
-use weft_jit::rig::{Rig, RunOutcome};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
+use weft_jit::rig::{Rig, RunOutcome, time_batches};
 use weft_jit::{Fusion, compile};
 
 fn five(c: &mut Criterion) {
@@ -52,10 +52,10 @@ fn five(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("five_chain");
     for (name, rig) in &mut rigs {
-        g.bench_function(*name, |b| b.iter_custom(|n| time_batches(rig, n)));
+        g.bench_function(*name, |b| b.iter_custom(|n| time_batches(rig, n, |_| {})));
     }
     g.bench_function("hand_written", |b| {
-        b.iter_custom(|n| time_batches(&mut hand, n))
+        b.iter_custom(|n| time_batches(&mut hand, n, |_| {}))
     });
     g.finish();
 }

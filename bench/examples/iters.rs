@@ -7,15 +7,15 @@
 //! ```
 //! and divide by N (the set-up is a few million instructions; compare against `... 0`).
 //! A third argument `chain` runs the RPCs as the `five_chain` benchmarks do
-//! (`weft_bench::time_batches`: the message copies made before each batch, the records and
+//! (`weft_jit::rig::time_batches`: the message copies made before each batch, the records and
 //! delivered messages dropped after it), so the chain's share of a profile stands apart.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
 
-use weft_bench::{FIVE, HandRig, counters, load_chain, request, response, time_batches};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
 use weft_jit::Fusion;
-use weft_jit::rig::Rig;
+use weft_jit::rig::{Rig, time_batches};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -40,6 +40,10 @@ fn main() {
     match case.as_str() {
         "hand_written" | "messages_only" => {
             let mut hand = HandRig::new(&method).unwrap();
+            if chain_only && case == "hand_written" {
+                time_batches(&mut hand, n, |reached| assert!(reached));
+                return;
+            }
             for _ in 0..n {
                 if case == "messages_only" {
                     black_box(hand.input());
@@ -51,7 +55,7 @@ fn main() {
         _ => {
             let mut rig = Rig::new(&elements, fusion, req, resp).unwrap();
             if chain_only {
-                time_batches(&mut rig, n);
+                time_batches(&mut rig, n, |_| {});
                 return;
             }
             for _ in 0..n {

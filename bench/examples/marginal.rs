@@ -1,5 +1,5 @@
 //! What each element of the benchmark chain costs in the fused chain, by leaving it out: the
-//! chain-only time per RPC (`weft_bench::time_batches`) of the five elements, then of each
+//! chain-only time per RPC (`weft_jit::rig::time_batches`) of the five elements, then of each
 //! four, and of one `count` element (the executor's fixed cost).
 //!
 //! ```text
@@ -9,9 +9,9 @@
 //! noise on this machine.
 #![allow(clippy::unwrap_used)]
 
-use weft_bench::{FIVE, counters, load_chain, request, response, time_batches};
+use weft_bench::{FIVE, counters, load_chain, request, response};
 use weft_jit::Fusion;
-use weft_jit::rig::Rig;
+use weft_jit::rig::{Rig, time_batches};
 
 const ROUNDS: usize = 15;
 const RPCS: u64 = 102_400;
@@ -22,7 +22,7 @@ fn best_ns(items: &str) -> f64 {
     let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
     let mut rig = Rig::new(&elements, Some(Fusion::Fused), req, resp).unwrap();
     (0..ROUNDS)
-        .map(|_| time_batches(&mut rig, RPCS).as_nanos() as f64 / RPCS as f64)
+        .map(|_| time_batches(&mut rig, RPCS, |_| {}).as_nanos() as f64 / RPCS as f64)
         .fold(f64::INFINITY, f64::min)
 }
 

@@ -3,11 +3,9 @@
 //! [ratelimit, firewall, logging, metrics, fault] — one struct per element, called in turn,
 //! doing what the element files say with native types — to compare the fused JIT against.
 
-use std::collections::{HashMap, HashSet};
-use std::hint::black_box;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use weft_hostcalls::channel::{ChannelRecord, ChannelSink, Name};
 use weft_hostcalls::clock::Clock;
@@ -16,9 +14,9 @@ use weft_hostcalls::{Code, Message, Value, VirtualClock};
 use weft_ir::config::Config;
 use weft_ir::ir::Element;
 use weft_ir::load::load_edge;
-use weft_ir::schema::{FieldPath, MethodSchema, resolve_path};
+use weft_ir::schema::{FieldPath, FieldStep, MethodSchema, resolve_path};
 use weft_ir::wire;
-use weft_jit::rig::{Rig, RpcInput, RunOutcome};
+use weft_jit::rig::Batched;
 
 /// The directory of the echo example (its proto and the benchmark's element files).
 pub fn echo_dir() -> PathBuf {
@@ -119,23 +117,40 @@ impl RateLimit {
     }
 }
 
+/// Reads the field in place (`wire::extract`, as compiled code does) and looks the borrowed
+/// text up, so a request allocates nothing.
 pub struct Firewall {
-    field: FieldPath,
+    /// The field: a top-level string or other singular scalar (`wire::extractable`).
+    leaf: [FieldStep; 1],
+    found: Vec<wire::Extracted>,
     denied: HashSet<String>,
 }
 
 impl Firewall {
-    pub fn new(field: FieldPath, deny: &[&str]) -> Self {
-        Firewall {
-            field,
+    pub fn new(field: FieldPath, deny: &[&str]) -> Result<Self, String> {
+        let leaf = match field.steps.as_slice() {
+            [leaf] if wire::extractable(&field) => leaf.clone(),
+            _ => return Err(format!("{}: not a top-level scalar field", field.text)),
+        };
+        Ok(Firewall {
+            leaf: [leaf],
+            found: Vec::with_capacity(1),
             denied: deny.iter().map(|s| (*s).to_owned()).collect(),
-        }
+        })
     }
 
     pub fn request(&mut self, msg: &Message) -> Result<Decision, wire::WireError> {
-        let denied = match wire::read(&msg.bytes, &self.field)? {
-            Value::Str(s) => self.denied.contains(&s),
-            _ => false,
+        wire::extract(&msg.bytes, &self.leaf, &mut self.found);
+        let found = match self.found.first() {
+            Some(Ok(found)) => *found,
+            Some(Err(e)) => return Err(e.clone()),
+            None => None,
+        };
+        // A field that is not a string is never in the list (`str(...)` of it would not be
+        // a name).
+        let denied = match wire::found_str(&msg.bytes, &self.leaf[0], found) {
+            Some(name) => self.denied.contains(name?),
+            None => false,
         };
         Ok(if denied {
             Decision::Reject(Code::PermissionDenied, "acl")
@@ -175,17 +190,19 @@ impl Logging {
 pub struct Metrics {
     pub total: i64,
     pub failed: i64,
-    start: HashMap<u64, f64>,
     element: Name,
     channel: Name,
 }
+
+/// When a request passed metrics: the caller keeps it for the response, as an interceptor
+/// keeps it across the call (the element keeps it in the RPC's scratch).
+pub struct Started(f64);
 
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             total: 0,
             failed: 0,
-            start: HashMap::new(),
             element: "metrics".into(),
             channel: "latency".into(),
         }
@@ -193,30 +210,23 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn request(&mut self, cx: &mut Cx<'_>) {
-        self.start.insert(cx.rpc_id, cx.clock.now());
+    pub fn request(&mut self, cx: &mut Cx<'_>) -> Started {
+        Started(cx.clock.now())
     }
 
-    pub fn response(&mut self, msg: &Message, cx: &mut Cx<'_>) {
+    pub fn response(&mut self, started: Started, msg: &Message, cx: &mut Cx<'_>) {
         self.total += 1;
         if msg.code != Code::Ok {
             self.failed += 1;
         }
-        if let Some(start) = self.start.remove(&cx.rpc_id) {
-            let now = cx.clock.now();
-            cx.channels.emit(ChannelRecord {
-                element: self.element,
-                channel: self.channel,
-                rpc_id: cx.rpc_id,
-                time: now,
-                value: Value::Float(now - start),
-            });
-        }
-    }
-
-    /// The request's response will not come (an element after this one rejected it).
-    pub fn forget(&mut self, rpc_id: u64) {
-        self.start.remove(&rpc_id);
+        let now = cx.clock.now();
+        cx.channels.emit(ChannelRecord {
+            element: self.element,
+            channel: self.channel,
+            rpc_id: cx.rpc_id,
+            time: now,
+            value: Value::Float(now - started.0),
+        });
     }
 }
 
@@ -258,20 +268,26 @@ pub enum Answer {
 }
 
 impl HandChain {
-    pub fn new(user_field: FieldPath, now: f64) -> Self {
-        HandChain {
+    pub fn new(user_field: FieldPath, now: f64) -> Result<Self, String> {
+        Ok(HandChain {
             ratelimit: RateLimit::new(1e12, 1e12, now),
-            firewall: Firewall::new(user_field, &["mallory", "eve"]),
+            firewall: Firewall::new(user_field, &["mallory", "eve"])?,
             logging: Logging::default(),
             metrics: Metrics::default(),
             fault: Fault::new(1.0, 1),
-        }
+        })
     }
 
-    /// The request down the chain and the response back up, as the executors do it. The
-    /// messages come shared, as the runtime hands them to compiled code; the request stays
-    /// the caller's, to hand on to the server.
-    pub fn rpc(&mut self, req: &Arc<Message>, resp: Arc<Message>, cx: &mut Cx<'_>) -> Answer {
+    /// The request down the chain and the response (`respond`, called only when the request
+    /// reaches the server) back up, as the executors do it. The messages come shared, as
+    /// the runtime hands them to compiled code; the request stays the caller's, to hand on
+    /// to the server.
+    pub fn rpc(
+        &mut self,
+        req: &Arc<Message>,
+        respond: impl FnOnce() -> Arc<Message>,
+        cx: &mut Cx<'_>,
+    ) -> Answer {
         if let Decision::Reject(c, m) = self.ratelimit.request(cx) {
             return Answer::Error(c, m.into());
         }
@@ -281,15 +297,16 @@ impl HandChain {
             Err(e) => return Answer::Error(Code::InvalidArgument, e.to_string()),
         }
         self.logging.log(req, cx);
-        self.metrics.request(cx);
+        let started = self.metrics.request(cx);
         if let Decision::Reject(c, m) = self.fault.request() {
             // Errors travel up through metrics and logging.
             let err = Arc::new(Message::error(c, m));
-            self.metrics.response(&err, cx);
+            self.metrics.response(started, &err, cx);
             self.logging.log(&err, cx);
             return Answer::Error(c, m.into());
         }
-        self.metrics.response(&resp, cx);
+        let resp = respond();
+        self.metrics.response(started, &resp, cx);
         self.logging.log(&resp, cx);
         Answer::Response(resp)
     }
@@ -305,6 +322,9 @@ pub struct HandRig {
     pub channels: Vec<ChannelRecord>,
     /// The requests the server got and the responses the client got since the last drain.
     delivered: Vec<Arc<Message>>,
+    /// Copies made for RPCs that did not use them (a request that did not reach the server,
+    /// a response for one), dropped at the drain as the delivered ones are.
+    unused: Vec<Arc<Message>>,
     request: Message,
     response: Message,
     last_id: u64,
@@ -323,10 +343,11 @@ impl HandRig {
     pub fn new(method: &MethodSchema) -> Result<HandRig, String> {
         let user = resolve_path(&method.request, "user").map_err(|e| e.to_string())?;
         Ok(HandRig {
-            chain: HandChain::new(user, 0.0),
+            chain: HandChain::new(user, 0.0)?,
             clock: VirtualClock::new(0.0),
             channels: Vec::new(),
             delivered: Vec::new(),
+            unused: Vec::new(),
             request: request(method)?,
             response: response(method)?,
             last_id: 0,
@@ -342,10 +363,11 @@ impl HandRig {
         self.run_input(input)
     }
 
-    /// Drops the records and the delivered messages of the RPCs run since the last drain.
+    /// Drops the records and the messages of the RPCs run since the last drain.
     pub fn drain(&mut self) {
         self.channels.clear();
         self.delivered.clear();
+        self.unused.clear();
     }
 
     /// The next RPC's inputs: a millisecond after the last, with fresh copies of the messages.
@@ -361,8 +383,8 @@ impl HandRig {
     }
 
     /// One RPC on inputs made by [`HandRig::input`]; its records are added to `channels`,
-    /// and the messages it hands on are kept until [`HandRig::drain`]. Whether the server's
-    /// response reached the client.
+    /// and the messages it hands on (and the copies it did not use) are kept until
+    /// [`HandRig::drain`]. Whether the server's response reached the client.
     pub fn run_input(&mut self, input: HandInput) -> bool {
         self.clock.set(input.at);
         let mut cx = Cx {
@@ -370,48 +392,39 @@ impl HandRig {
             channels: &mut self.channels,
             rpc_id: input.id,
         };
-        let answer = self.chain.rpc(&input.request, input.response, &mut cx);
-        self.delivered.push(input.request);
+        let mut response = Some(input.response);
+        let answer = self.chain.rpc(
+            &input.request,
+            || (response.take()).unwrap_or_else(|| Arc::new(Message::response(Vec::new()))),
+            &mut cx,
+        );
+        if let Some(unused) = response {
+            self.unused.push(unused);
+        }
         match answer {
             Answer::Response(resp) => {
+                self.delivered.push(input.request);
                 self.delivered.push(resp);
                 true
             }
-            Answer::Error(..) => false,
+            Answer::Error(..) => {
+                self.unused.push(input.request);
+                false
+            }
         }
+    }
+
+    /// What the RPCs since the last drain handed on, in order: per RPC that reached the
+    /// server, the request it got, then the response the client got.
+    pub fn delivered(&self) -> impl Iterator<Item = &Message> {
+        self.delivered.iter().map(|m| &**m)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Timing the chain alone
 
-/// RPCs per timed batch of [`time_batches`]: their copies and records (about 1 KiB an RPC)
-/// stay in the L2 cache, and the two clock reads come to 0.2 ns an RPC.
-pub const BATCH: u64 = 256;
-
-/// A rig whose RPC inputs can be made ahead.
-pub trait Batched {
-    type Input;
-    type Outcome;
-    fn input(&mut self) -> Self::Input;
-    fn run_input(&mut self, input: Self::Input) -> Self::Outcome;
-    fn drain(&mut self);
-}
-
-impl Batched for Rig {
-    type Input = RpcInput;
-    type Outcome = RunOutcome;
-    fn input(&mut self) -> RpcInput {
-        Rig::input(self)
-    }
-    fn run_input(&mut self, input: RpcInput) -> RunOutcome {
-        Rig::run_input(self, input)
-    }
-    fn drain(&mut self) {
-        Rig::drain(self)
-    }
-}
-
+/// The hand-written chain timed as the executors are (`weft_jit::rig::time_batches`).
 impl Batched for HandRig {
     type Input = HandInput;
     type Outcome = bool;
@@ -424,26 +437,4 @@ impl Batched for HandRig {
     fn drain(&mut self) {
         HandRig::drain(self)
     }
-}
-
-/// Runs `n` RPCs and returns the time spent in the chain alone: each batch's inputs are made
-/// before its clock starts, and its records and delivered messages dropped after it stops,
-/// as a service's transport and channel reader do (and as criterion's `iter_batched` treats
-/// inputs and outputs).
-pub fn time_batches<R: Batched>(rig: &mut R, n: u64) -> Duration {
-    let mut inputs = Vec::with_capacity(BATCH as usize);
-    let (mut timed, mut left) = (Duration::ZERO, n);
-    while left > 0 {
-        let k = left.min(BATCH);
-        rig.drain();
-        inputs.extend((0..k).map(|_| rig.input()));
-        let start = Instant::now();
-        for input in inputs.drain(..) {
-            black_box(rig.run_input(input));
-        }
-        timed += start.elapsed();
-        left -= k;
-    }
-    rig.drain();
-    timed
 }

@@ -4,7 +4,8 @@
 //! give the same outcomes, channel records, state and counters — on the forwarded path the
 //! benchmark times and on the paths where an element rejects or fails.
 
-use weft_bench::{FIVE, counters, load_chain, request, response};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
+use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::{Message, Value};
 use weft_jit::Fusion;
 use weft_jit::rig::{Rig, RunOutcome};
@@ -12,7 +13,11 @@ use weft_jit::rig::{Rig, RunOutcome};
 type Records = Vec<(String, String, u64, u64, Value)>;
 
 fn records(rig: &Rig) -> Records {
-    rig.channels
+    records_of(&rig.channels)
+}
+
+fn records_of(channels: &[ChannelRecord]) -> Records {
+    channels
         .iter()
         .map(|r| {
             (
@@ -120,4 +125,29 @@ fn inputs_made_ahead_run_as_run_does() {
         let ids: Vec<u64> = recs.iter().map(|r| r.2).collect();
         assert!(ids.contains(&1) && ids.contains(&6), "ids {ids:?}");
     }
+}
+
+#[test]
+fn the_hand_written_chain_does_what_the_executors_do() {
+    // The benchmarks compare against it, so it must do the same observable work: the same
+    // records (names, times, values), the same messages handed on, the same counts.
+    let (elements, method) = load_chain(FIVE).unwrap();
+    let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
+    let mut rig = Rig::new(&elements, Some(Fusion::Fused), req, resp).unwrap();
+    let mut hand = HandRig::new(&method).unwrap();
+    for run in 0..20 {
+        assert_eq!(rig.run(), RunOutcome::Forwarded, "run {run}");
+        assert!(hand.run(), "run {run}");
+        let recs = records(&rig);
+        assert_eq!(recs.len(), 3, "run {run}: two log records and a latency");
+        assert_eq!(recs, records_of(&hand.channels), "run {run}");
+        let delivered: Vec<&Message> = rig.delivered().collect();
+        assert_eq!(delivered, hand.delivered().collect::<Vec<_>>(), "run {run}");
+    }
+    let metrics = state(&mut rig)[3].0.clone();
+    assert!(
+        metrics.contains(&("total".into(), Value::Int(20))),
+        "{metrics:?}"
+    );
+    assert_eq!(hand.chain.metrics.total, 20);
 }

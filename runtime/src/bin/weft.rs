@@ -16,7 +16,7 @@ use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
 use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
-use weft_jit::rig::{Rig, RunOutcome};
+use weft_jit::rig::{Rig, RunOutcome, time_batches};
 use weft_jit::{Fusion, Jit};
 
 #[derive(Parser)]
@@ -651,7 +651,15 @@ fn cmd_bench(
         for _ in 0..n.min(1000) {
             rig.run();
         }
-        let (chain, forwarded) = time_chain(&mut rig, n);
+        // The chain alone: each batch's copies made before it is timed, its records and
+        // messages dropped after, as a service's transport and channel reader do.
+        let mut forwarded = 0u64;
+        let chain = per_rpc(
+            time_batches(&mut rig, n, |outcome| {
+                forwarded += u64::from(*outcome == RunOutcome::Forwarded)
+            }),
+            n,
+        );
         let start = Instant::now();
         for _ in 0..n {
             rig.run();
@@ -671,32 +679,6 @@ fn cmd_bench(
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// RPCs per timed batch of [`time_chain`]: the batch's copies and records stay in cache.
-const BENCH_BATCH: u64 = 256;
-
-/// Nanoseconds per RPC of the chain alone over `n` RPCs, and how many reached the server.
-/// Each batch's copies of the messages are made before it is timed, and its records and
-/// delivered messages dropped after, as a service's transport and channel reader do.
-fn time_chain(rig: &mut Rig, n: u64) -> (f64, u64) {
-    let mut inputs = Vec::with_capacity(BENCH_BATCH as usize);
-    let (mut timed, mut forwarded, mut left) = (Duration::ZERO, 0u64, n);
-    while left > 0 {
-        let k = left.min(BENCH_BATCH);
-        rig.drain();
-        inputs.extend((0..k).map(|_| rig.input()));
-        let start = Instant::now();
-        for input in inputs.drain(..) {
-            if rig.run_input(input) == RunOutcome::Forwarded {
-                forwarded += 1;
-            }
-        }
-        timed += start.elapsed();
-        left -= k;
-    }
-    rig.drain();
-    (per_rpc(timed, n), forwarded)
 }
 
 fn per_rpc(d: Duration, n: u64) -> f64 {
