@@ -414,16 +414,6 @@ func (c *clientStream) answeredLocally() bool {
 	return c.answered
 }
 
-// openedStream is the underlying stream if it opened, else nil.
-func (c *clientStream) openedStream() grpc.ClientStream {
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
-	if !c.opened || c.openErr != nil {
-		return nil
-	}
-	return c.cs
-}
-
 func (c *clientStream) Context() context.Context {
 	c.openMu.Lock()
 	cs := c.cs
@@ -451,13 +441,8 @@ func (c *clientStream) SendMsg(v any) error {
 		return failed
 	}
 	if closed {
-		// grpc-go's answer, given before the chain runs (it might answer locally). An open
-		// stream gives it itself and ends as grpc-go's does: RecvMsg then returns the
-		// server's end if it had arrived, else this error. Ending the stream here instead
-		// made RecvMsg return the error even after the server's end had arrived.
-		if cs := c.openedStream(); cs != nil {
-			return cs.SendMsg(msg)
-		}
+		// grpc-go's answer, given before the chain runs (it might answer locally); as in
+		// grpc-go, it ends the stream, and RecvMsg returns it too.
 		return c.fail(status.Error(codes.Internal, "SendMsg called after CloseSend"))
 	}
 	if over != nil {
@@ -506,6 +491,18 @@ func (c *clientStream) SendMsg(v any) error {
 			c.localHeader = s.decodeMD(s.outMetadata()).Copy()
 		}
 		c.mu.Unlock()
+		if !c.desc.ClientStreams {
+			// The call's one request was answered: nothing will go to the server. As
+			// CloseSend does for a stream whose messages were all answered, the stream
+			// stays unopened, so RecvMsg returns the reply, then io.EOF. (Opened without
+			// a message, the stream would wait for ever on a server waiting for one.)
+			c.openMu.Lock()
+			if !c.opened {
+				c.opened = true
+				c.openErr = errAnsweredLocally
+			}
+			c.openMu.Unlock()
+		}
 		return nil
 	}
 	// Metadata travels with the stream's headers: the first message's rewrite opens the
