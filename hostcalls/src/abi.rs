@@ -373,8 +373,8 @@ pub enum HostFn {
     LitEq = 39,
     Items = 40,
     ItemsLen = 41,
-    /// `(items, index, element)`: an item of a `foreach`, counted as one iteration of the
-    /// element's handler run against the iteration limit.
+    /// `(items, index)`: an item of a `foreach`, not counted. Kept for objects compiled
+    /// before [`HostFn::ItemAtCounted`]; compiled code calls that now.
     ItemAt = 42,
     FieldRead = 43,
     FieldReadInt = 44,
@@ -419,6 +419,9 @@ pub enum HostFn {
     /// The end of a read-modify-write: stores the binder's final value unless it equals the
     /// value [`HostFn::RmwBegin`] gave (so a lambda that changes nothing writes nothing).
     RmwEnd = 71,
+    /// `(items, index, element)`: an item of a `foreach`, counted as one more iteration of
+    /// the element's handler run against the iteration limit (`weft_ir::eval::MAX_ITERATIONS`).
+    ItemAtCounted = 72,
 }
 
 /// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.

@@ -6,8 +6,9 @@
 //! scan of the IR fills in, always erring towards more dependencies:
 //!
 //! - **Run-time errors** (integer division by zero, an index out of range, an `Option` used
-//!   as a value, an empty `randomi` range…) reject the RPC with INTERNAL, so an element that
-//!   can raise one stops requests even if it never says `send(err(…), Up)`.
+//!   as a value, an empty `randomi` range, a `foreach` past the iteration limit…) reject
+//!   the RPC with INTERNAL, so an element that can raise one stops requests even if it
+//!   never says `send(err(…), Up)`.
 //! - **Early termination.** `if c: send(err, Up)` followed by a state write makes the write
 //!   depend on `c`, which taint through control flow does not see; a handler that can stop
 //!   (or fail) before its end uses AppNet's rule instead of props' per-write taint: every
@@ -683,6 +684,9 @@ impl Scan {
                 }
             }
             StmtKind::ForEach { coll, body, .. } => {
+                // Any loop may pass the iteration limit (`eval::MAX_ITERATIONS`): the size of
+                // a collection is not known here.
+                self.may_fail = true;
                 if let Collection::Value(e) = coll {
                     self.expr(e);
                 }

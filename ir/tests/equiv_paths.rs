@@ -224,3 +224,20 @@ fn an_early_return_in_a_lambda_makes_the_rest_depend_on_its_condition() {
     assert!(!v.equivalent, "the reorder was accepted");
     assert!(v.reason.contains("vipcount"), "{}", v.reason);
 }
+
+#[test]
+fn a_loop_may_fail_so_an_element_after_it_may_not_see_the_request() {
+    // tagpairs' nested loops over the request's tags reject it with INTERNAL past the
+    // iteration limit (1 000 tags are enough), so local_counter after tagpairs counts fewer
+    // requests than before it. Nothing else ties the two: tagpairs reads the tags and writes
+    // the priority, local_counter writes its state and a header.
+    let mut c = checker("    consistency: weak\n    any: [local_counter, tagpairs]\n");
+    let v = check(
+        &mut c,
+        &["tagpairs", "local_counter"],
+        &[],
+        Observation::Weak,
+    );
+    assert!(!v.equivalent, "{}", v.reason);
+    assert!(v.reason.contains("`tagpairs`"), "{}", v.reason);
+}

@@ -826,17 +826,26 @@ extern "C" fn hc_items_len(f: F, h: u64) -> i64 {
     })
 }
 
+/// Item `i` of a `foreach`, uncounted ([`HostFn::ItemAt`], for older objects).
+extern "C" fn hc_item_at(f: F, h: u64, i: i64) -> u64 {
+    guard(f, UNIT, |f| item_at(f, h, i))
+}
+
 /// Item `i` of a `foreach` of element `elem`, counted as one more iteration of its handler.
-extern "C" fn hc_item_at(f: F, h: u64, i: i64, elem: i64) -> u64 {
+extern "C" fn hc_item_at_counted(f: F, h: u64, i: i64, elem: i64) -> u64 {
     guard(f, UNIT, |f| {
         f.iterations.count(elem)?;
-        let v = match f.get(h)? {
-            Value::Vec(v) => usize::try_from(i).ok().and_then(|i| v.get(i)).cloned(),
-            _ => None,
-        }
-        .ok_or_else(|| RuntimeError::Type(format!("foreach item {i}")))?;
-        Ok(f.put(v))
+        item_at(f, h, i)
     })
+}
+
+fn item_at(f: &mut Frame<'_, '_, '_>, h: u64, i: i64) -> Result<u64, RuntimeError> {
+    let v = match f.get(h)? {
+        Value::Vec(v) => usize::try_from(i).ok().and_then(|i| v.get(i)).cloned(),
+        _ => None,
+    }
+    .ok_or_else(|| RuntimeError::Type(format!("foreach item {i}")))?;
+    Ok(f.put(v))
 }
 
 fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
@@ -1358,7 +1367,8 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         LitEq => (hc_lit_eq as *const u8, sig(&[I, I], Some(I))),
         Items => (hc_items as *const u8, sig(&[I], Some(I))),
         ItemsLen => (hc_items_len as *const u8, sig(&[I], Some(I))),
-        ItemAt => (hc_item_at as *const u8, sig(&[I, I, I], Some(I))),
+        ItemAt => (hc_item_at as *const u8, sig(&[I, I], Some(I))),
+        ItemAtCounted => (hc_item_at_counted as *const u8, sig(&[I, I, I], Some(I))),
         FieldRead => (hc_field_read as *const u8, sig(&[I, I], Some(I))),
         FieldReadInt => (hc_field_read_int as *const u8, sig(&[I, I], Some(I))),
         FieldReadFloat => (hc_field_read_float as *const u8, sig(&[I, I], Some(Fl))),
@@ -1469,6 +1479,7 @@ pub const ALL: &[HostFn] = &{
         StateContains,
         StateContainsField,
         RmwEnd,
+        ItemAtCounted,
     ]
 };
 

@@ -848,7 +848,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.b.switch_to_block(body_blk);
         let iv = self.b.use_var(i);
         let e = self.elem();
-        let item = self.callv(HostFn::ItemAt, &[items, iv, e]);
+        let item = self.callv(HostFn::ItemAtCounted, &[items, iv, e]);
         self.check();
         match binder {
             Binder::One(l) => {

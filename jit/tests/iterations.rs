@@ -201,3 +201,76 @@ resp(rpc):
         assert_eq!(rig.instances[0].errors, 0, "{fusion:?}");
     }
 }
+
+#[test]
+fn a_response_handler_of_a_later_element_stops_alike_in_every_executor() {
+    // The second element's `resp` passes the limit (1 000 tags: 1 000 iterations in `req`,
+    // 1 001 000 in `resp`); the error travels up through the first element's `resp`.
+    const FIRST: &str = "\
+state:
+    responses: int
+
+init():
+    pass
+
+req(rpc):
+    send(rpc, Down)
+
+resp(rpc):
+    responses = responses + 1
+    send(rpc, Up)
+";
+    const LOOPS_ON_THE_WAY_BACK: &str = "\
+state:
+    seen: Vec<string>
+    visits: int
+
+init():
+    pass
+
+req(rpc):
+    foreach(get(rpc, 'tags'), lambda(t):
+        set(seen, size(seen), t)
+    )
+    send(rpc, Down)
+
+resp(rpc):
+    foreach(seen, lambda(a):
+        foreach(seen, lambda(b):
+            visits = visits + 1
+        )
+    )
+    send(rpc, Up)
+";
+    use weft_jit::Fusion;
+    use weft_jit::rig::{Rig, RunOutcome};
+    let elements = vec![
+        element_from_source("first", FIRST).0,
+        element_from_source("back", LOOPS_ON_THE_WAY_BACK).0,
+    ];
+    let response = Message::response(Vec::new());
+    let mut seen = Vec::new();
+    for fusion in [None, Some(Fusion::Fused), Some(Fusion::Unfused)] {
+        let mut rig = Rig::new(&elements, fusion, with_tags(1000), response.clone()).unwrap();
+        assert_eq!(rig.run(), RunOutcome::Forwarded, "{fusion:?}");
+        let answer: Vec<(Code, String)> = (rig.delivered())
+            .map(|m| (m.code, m.status_message.clone()))
+            .collect();
+        assert_eq!(answer.len(), 2, "{fusion:?}: the request, then the answer");
+        assert_eq!(answer[1].0, Code::Internal, "{fusion:?}");
+        assert!(
+            answer[1]
+                .1
+                .starts_with("back: more than 1000000 foreach iterations"),
+            "{fusion:?}: {}",
+            answer[1].1
+        );
+        let state: Vec<_> = (rig.instances.iter_mut())
+            .map(|i| (i.store.snapshot(), i.errors))
+            .collect();
+        assert_eq!(state[1].1, 1, "{fusion:?}: counted against `back`");
+        seen.push(state);
+    }
+    assert_eq!(seen[0], seen[1], "fused against the interpreter");
+    assert_eq!(seen[0], seen[2], "unfused against the interpreter");
+}
