@@ -211,6 +211,9 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 			r: r, name: method, m: r.method(method), md: md, codec: hasWeftCodec(opts), cancel: cancel,
 			ctx: ctx, desc: desc, cc: cc, streamer: streamer, opts: opts,
 		}
+		if !desc.ClientStreams {
+			w.firstSent = make(chan struct{})
+		}
 		// A caller may stop reading before the stream's end and cancel its context instead,
 		// grpc-go's other way to release a stream: the requests still waiting then get the
 		// context's status.
@@ -267,6 +270,26 @@ type clientStream struct {
 	failed      error
 
 	stopWatch func() bool // stops the watch on the context set up at the start
+
+	// firstSent: on a call with one request, closed when SendMsg has run the chain on it.
+	// RecvMsg and Header wait for it (see awaitFirstSend); nil on client-streaming calls.
+	firstSent     chan struct{}
+	firstSentOnce sync.Once
+}
+
+// awaitFirstSend waits, on a call with one request, until SendMsg has run the chain on it
+// (or the context ends). Nothing can come back before that request, and a reader that got
+// ahead of it would find no reply yet and open the stream without the request: a server
+// then waits for one for ever, and a reply the chain makes is lost. grpc-go's stream, too,
+// opens with the request.
+func (c *clientStream) awaitFirstSend() {
+	if c.firstSent == nil {
+		return
+	}
+	select {
+	case <-c.firstSent:
+	case <-c.ctx.Done():
+	}
 }
 
 // endWaiting gives every request still waiting the stream's end as its response: err's
@@ -330,6 +353,7 @@ func (c *clientStream) requestMD() metadata.MD {
 // Header returns no error, as grpc-go's does not: when the stream failed, or did not open,
 // it returns no headers and leaves the status to RecvMsg.
 func (c *clientStream) Header() (metadata.MD, error) {
+	c.awaitFirstSend()
 	c.mu.Lock()
 	failed := c.failed
 	c.mu.Unlock()
@@ -425,6 +449,9 @@ func (c *clientStream) Context() context.Context {
 }
 
 func (c *clientStream) SendMsg(v any) error {
+	if c.firstSent != nil {
+		defer c.firstSentOnce.Do(func() { close(c.firstSent) })
+	}
 	msg, ok := v.(proto.Message)
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
@@ -583,6 +610,7 @@ func (c *clientStream) RecvMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
+	c.awaitFirstSend()
 	if answer := c.takeAnswer(); answer != nil {
 		return c.oneResponse(localReply(answer, msg), nil)
 	}

@@ -706,6 +706,38 @@ func TestServerStreamingCallAnsweredLocallyEndsWithoutCloseSend(t *testing.T) {
 	})
 }
 
+// The same with the reader started before the one request is sent, racing it: the reader
+// waits for the request to have run the chain instead of opening the stream without it
+// (which waited on the server for ever and lost the reply, in about one run in ten).
+func TestServerStreamingCallWithAnEarlyReaderGetsTheLocalReply(t *testing.T) {
+	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
+		for i := range 40 {
+			c, cancel := context.WithTimeout(ctx(t), 2*time.Second)
+			desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
+			cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan string, 1)
+			go func() {
+				var r echopb.SayReply
+				err := cs.RecvMsg(&r)
+				var end error
+				if err == nil {
+					end = cs.RecvMsg(&r)
+				}
+				got <- fmt.Sprintf("%v %q %v", err, r.GetBody(), end)
+			}()
+			sendBodies(t, cs, "cached")
+			if g, want := <-got, `<nil> "cached" EOF`; g != want {
+				t.Fatalf("run %d: reader got %s; want %s", i, g, want)
+			}
+			cancel()
+		}
+		waitForNoWaitingRPCs(t, crt, "client")
+	})
+}
+
 // Header() on a stream whose only message so far the client's cache answered returns the
 // local reply's headers at once: opening the stream would send no message and wait for
 // headers a server waiting for one never sends.
