@@ -123,7 +123,13 @@ func TestClientStreamingLocalReplyIsTheStreamsAnswer(t *testing.T) {
 		t.Helper()
 		cs := openSayStream(t, conn, grpc.StreamDesc{ClientStreams: true})
 		for _, b := range bodies {
-			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b}); err != nil {
+			err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: b})
+			if err == io.EOF {
+				// The server's answer (the cache's) ended the stream already: grpc-go
+				// says so, and RecvMsg has the answer.
+				break
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
