@@ -162,10 +162,8 @@ func TestClientStreamActsAsGrpcGo_SendAfterCloseSendThenRecv(t *testing.T) {
 			if err := ss.RecvMsg(&req); err != nil {
 				return err
 			}
-			select {
-			case <-release:
-			case <-ss.Context().Done():
-				return ss.Context().Err()
+			if err := heldUntil(ss, release); err != nil {
+				return err
 			}
 			return ss.SendMsg(&echopb.SayReply{Body: req.Body})
 		})
@@ -272,6 +270,16 @@ func serveThreeReplies(t *testing.T, desc grpc.StreamDesc) string {
 	return serveThreeRepliesAfter(t, desc, now)
 }
 
+// heldUntil waits until release is closed, or returns the stream's end.
+func heldUntil(ss grpc.ServerStream, release <-chan struct{}) error {
+	select {
+	case <-release:
+		return nil
+	case <-ss.Context().Done():
+		return ss.Context().Err()
+	}
+}
+
 // serveThreeReplies, with the replies held until release is closed.
 func serveThreeRepliesAfter(t *testing.T, desc grpc.StreamDesc, release <-chan struct{}) string {
 	t.Helper()
@@ -280,10 +288,8 @@ func serveThreeRepliesAfter(t *testing.T, desc grpc.StreamDesc, release <-chan s
 		if err := ss.RecvMsg(&req); err != nil {
 			return err
 		}
-		select {
-		case <-release:
-		case <-ss.Context().Done():
-			return ss.Context().Err()
+		if err := heldUntil(ss, release); err != nil {
+			return err
 		}
 		ss.SetTrailer(metadata.Pairs("x-t", "1"))
 		for i := range 3 {

@@ -31,6 +31,30 @@ resp(rpc):
     send(rpc, Up)
 ";
 
+/// The start of an element whose `req` copies the request's tags into `seen`, to loop over
+/// (`PAIRS_OF_SEEN`) in either handler.
+const COPY_TAGS: &str = "\
+state:
+    seen: Vec<string>
+    visits: int
+
+init():
+    pass
+
+req(rpc):
+    foreach(get(rpc, 'tags'), lambda(t):
+        set(seen, size(seen), t)
+    )
+";
+
+/// n + n² iterations for n items in `seen`.
+const PAIRS_OF_SEEN: &str = "    foreach(seen, lambda(a):
+        foreach(seen, lambda(b):
+            visits = visits + 1
+        )
+    )
+";
+
 fn with_tags(n: usize) -> Message {
     let (_, method) = echo_element("logging");
     let tags: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
@@ -153,35 +177,11 @@ fn each_element_of_a_fused_chain_has_its_own_count() {
 fn a_round_trip_counts_the_response_handler_apart_from_the_request_handler() {
     // 750 tags: 564 000 iterations in `req`, 563 250 in `resp` of the same element, which the
     // fused round trip runs with one frame.
-    const BOTH_WAYS: &str = "\
-state:
-    seen: Vec<string>
-    visits: int
-
-init():
-    pass
-
-req(rpc):
-    foreach(get(rpc, 'tags'), lambda(t):
-        set(seen, size(seen), t)
-    )
-    foreach(seen, lambda(a):
-        foreach(seen, lambda(b):
-            visits = visits + 1
-        )
-    )
-    send(rpc, Down)
-
-resp(rpc):
-    foreach(seen, lambda(a):
-        foreach(seen, lambda(b):
-            visits = visits + 1
-        )
-    )
-    send(rpc, Up)
-";
+    let both_ways = format!(
+        "{COPY_TAGS}{PAIRS_OF_SEEN}    send(rpc, Down)\n\nresp(rpc):\n{PAIRS_OF_SEEN}    send(rpc, Up)\n"
+    );
     use weft_jit::rig::{Rig, RunOutcome};
-    let (e, _) = element_from_source("both_ways", BOTH_WAYS);
+    let (e, _) = element_from_source("both_ways", &both_ways);
     let response = Message::response(Vec::new());
     for fusion in [None, Some(weft_jit::Fusion::Fused)] {
         let mut rig = Rig::new(
@@ -220,33 +220,13 @@ resp(rpc):
     responses = responses + 1
     send(rpc, Up)
 ";
-    const LOOPS_ON_THE_WAY_BACK: &str = "\
-state:
-    seen: Vec<string>
-    visits: int
-
-init():
-    pass
-
-req(rpc):
-    foreach(get(rpc, 'tags'), lambda(t):
-        set(seen, size(seen), t)
-    )
-    send(rpc, Down)
-
-resp(rpc):
-    foreach(seen, lambda(a):
-        foreach(seen, lambda(b):
-            visits = visits + 1
-        )
-    )
-    send(rpc, Up)
-";
+    let loops_on_the_way_back =
+        format!("{COPY_TAGS}    send(rpc, Down)\n\nresp(rpc):\n{PAIRS_OF_SEEN}    send(rpc, Up)\n");
     use weft_jit::Fusion;
     use weft_jit::rig::{Rig, RunOutcome};
     let elements = vec![
         element_from_source("first", FIRST).0,
-        element_from_source("back", LOOPS_ON_THE_WAY_BACK).0,
+        element_from_source("back", &loops_on_the_way_back).0,
     ];
     let response = Message::response(Vec::new());
     let mut seen = Vec::new();
