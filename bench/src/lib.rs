@@ -15,6 +15,7 @@ use weft_ir::config::Config;
 use weft_ir::ir::Element;
 use weft_ir::load::load_edge;
 use weft_ir::schema::{FieldPath, FieldStep, MethodSchema, resolve_path};
+use weft_ir::types::Type;
 use weft_ir::wire;
 use weft_jit::rig::Batched;
 
@@ -128,9 +129,11 @@ pub struct Firewall {
 
 impl Firewall {
     pub fn new(field: FieldPath, deny: &[&str]) -> Result<Self, String> {
+        // `str(get(rpc, field))` of another kind of field is its text form, which this
+        // version does not make: it takes string fields only.
         let leaf = match field.steps.as_slice() {
-            [leaf] if wire::extractable(&field) => leaf.clone(),
-            _ => return Err(format!("{}: not a top-level scalar field", field.text)),
+            [leaf] if wire::extractable(&field) && field.ty == Type::Str => leaf.clone(),
+            _ => return Err(format!("{}: not a top-level string field", field.text)),
         };
         Ok(Firewall {
             leaf: [leaf],
@@ -146,11 +149,9 @@ impl Firewall {
             Some(Err(e)) => return Err(e.clone()),
             None => None,
         };
-        // A field that is not a string is never in the list (`str(...)` of it would not be
-        // a name).
         let denied = match wire::found_str(&msg.bytes, &self.leaf[0], found) {
             Some(name) => self.denied.contains(name?),
-            None => false,
+            None => false, // not a string field: `new` refuses those
         };
         Ok(if denied {
             Decision::Reject(Code::PermissionDenied, "acl")
@@ -294,7 +295,11 @@ impl HandChain {
         match self.firewall.request(req) {
             Ok(Decision::Forward) => {}
             Ok(Decision::Reject(c, m)) => return Answer::Error(c, m.into()),
-            Err(e) => return Answer::Error(Code::InvalidArgument, e.to_string()),
+            // As the executors word it (`firewall: malformed message: …`).
+            Err(e) => {
+                let e = weft_ir::eval::RuntimeError::from(e);
+                return Answer::Error(e.code(), format!("firewall: {e}"));
+            }
         }
         self.logging.log(req, cx);
         let started = self.metrics.request(cx);

@@ -151,3 +151,43 @@ fn the_hand_written_chain_does_what_the_executors_do() {
     );
     assert_eq!(hand.chain.metrics.total, 20);
 }
+
+#[test]
+fn the_hand_written_firewall_answers_malformed_bytes_as_the_executors_do() {
+    use std::sync::Arc;
+    use weft_bench::{Answer, Cx, HandChain};
+    use weft_hostcalls::VirtualClock;
+    let (elements, method) = load_chain(FIVE).unwrap();
+    let garbled = Message::request(vec![0x0a, 0x7f, b'a']); // field 1, length 127, 1 byte
+    let mut rig = Rig::new(
+        &elements,
+        Some(Fusion::Fused),
+        garbled.clone(),
+        response(&method).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rig.run(), RunOutcome::Rejected(1));
+    let answer = rig.delivered().last().cloned().unwrap();
+
+    let user = weft_ir::schema::resolve_path(&method.request, "user").unwrap();
+    let mut hand = HandChain::new(user, 0.0).unwrap();
+    let clock = VirtualClock::new(0.001);
+    let mut records = Vec::new();
+    let mut cx = Cx {
+        clock: &clock,
+        channels: &mut records,
+        rpc_id: 1,
+    };
+    let resp = Arc::new(response(&method).unwrap());
+    match hand.rpc(&Arc::new(garbled), || resp, &mut cx) {
+        Answer::Error(code, message) => {
+            assert_eq!(code, answer.code);
+            assert_eq!(message, answer.status_message);
+            assert!(
+                message.starts_with("firewall: malformed message"),
+                "{message}"
+            );
+        }
+        Answer::Response(_) => panic!("a malformed request reached the server"),
+    }
+}

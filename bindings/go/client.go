@@ -201,8 +201,9 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 // still waiting for one.
 //
 // The stream opens when its first message has passed the chain (or when the caller first
-// reads, asks for headers or closes the sending side), so the metadata the chain set on that
-// message — the weft-version stamp, a dst route — goes out with the stream's headers.
+// reads, asks for headers or closes the sending side; on a call with one request, reads and
+// headers wait for it), so the metadata the chain set on that message — the weft-version
+// stamp, a dst route — goes out with the stream's headers.
 func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -277,11 +278,13 @@ type clientStream struct {
 	firstSentOnce sync.Once
 }
 
-// awaitFirstSend waits, on a call with one request, until SendMsg has run the chain on it
-// (or the context ends). Nothing can come back before that request, and a reader that got
-// ahead of it would find no reply yet and open the stream without the request: a server
-// then waits for one for ever, and a reply the chain makes is lost. grpc-go's stream, too,
-// opens with the request.
+// awaitFirstSend waits, on a call with one request, until SendMsg has run the chain on it,
+// CloseSend has ended the sending side, or the context ends. A reader that got ahead of the
+// request would find no reply yet and open the stream without it: a server then waits for
+// the request for ever, and a reply the chain makes is lost. So the stream opens with its
+// request, as grpc-go's generated stubs send it before they return the stream. The cost:
+// a caller that reads or asks for headers before sending, in one goroutine, waits for its
+// context, even from a server that answers before it reads (docs/go.md, "Limits today").
 func (c *clientStream) awaitFirstSend() {
 	if c.firstSent == nil {
 		return
@@ -407,6 +410,7 @@ func (c *clientStream) Trailer() metadata.MD {
 }
 
 func (c *clientStream) CloseSend() error {
+	c.releaseReaders()
 	c.mu.Lock()
 	failed := c.failed
 	c.sendClosed = true
@@ -448,13 +452,20 @@ func (c *clientStream) Context() context.Context {
 	return cs.Context()
 }
 
-func (c *clientStream) SendMsg(v any) error {
+// releaseReaders ends awaitFirstSend's wait: the one request has run the chain, or will
+// not come.
+func (c *clientStream) releaseReaders() {
 	if c.firstSent != nil {
-		defer c.firstSentOnce.Do(func() { close(c.firstSent) })
+		c.firstSentOnce.Do(func() { close(c.firstSent) })
 	}
+}
+
+func (c *clientStream) SendMsg(v any) error {
+	defer c.releaseReaders()
 	msg, ok := v.(proto.Message)
 	if !ok {
-		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
+		// As grpc-go's SendMsg, an error of the caller's ends the stream.
+		return c.fail(status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v))
 	}
 	c.mu.Lock()
 	failed, over, closed := c.failed, c.over, c.sendClosed
@@ -480,7 +491,7 @@ func (c *clientStream) SendMsg(v any) error {
 	defer putCall(s)
 	buf, err := encodeInto(s, msg)
 	if err != nil {
-		return status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", c.name, err)
+		return c.fail(status.Errorf(codes.Internal, "weft: %s: encoding a stream message: %v", c.name, err))
 	}
 	defer func() { buf.Free() }()
 	s.encodeMD(c.requestMD())

@@ -323,6 +323,28 @@ func TestClientStreamActsAsGrpcGo_ServerStreaming(t *testing.T) {
 	})
 }
 
+// A server-streaming call closed without its request: grpc-go's server refuses it at once.
+// (Weft's reads wait for the one request; CloseSend ends that wait.)
+func TestClientStreamActsAsGrpcGo_ServerStreamingClosedWithoutARequest(t *testing.T) {
+	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
+	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
+		addr := serveThreeReplies(t, desc)
+		conn := dialConn(t, addr, opts...)
+		c, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+		defer cancel()
+		cs, err := rvNew(t, conn, c, desc)
+		log("new %s", rvErr(err))
+		log("close %s", rvErr(cs.CloseSend()))
+		var r echopb.SayReply
+		start := time.Now()
+		log("recv %s", rvErr(cs.RecvMsg(&r)))
+		// At once, not when the deadline ends a wait for the request.
+		log("recv within a second %v", time.Since(start) < time.Second)
+		h, err := cs.Header()
+		log("header %s %s", rvMD(h), rvErr(err))
+	})
+}
+
 // A server-streaming call read to its end, then used after it.
 func TestClientStreamActsAsGrpcGo_ServerStreamingNormal(t *testing.T) {
 	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}

@@ -744,6 +744,25 @@ func TestServerStreamingCallWithAnEarlyReaderGetsTheLocalReply(t *testing.T) {
 	})
 }
 
+// A SendMsg the caller gets wrong (not a protobuf message) ends the stream, as in grpc-go:
+// a reader waiting for the one request of a server-streaming call gets the error at once
+// rather than opening the stream without it.
+func TestServerStreamingCallWithABadRequestEndsAtOnce(t *testing.T) {
+	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
+		c, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+		defer cancel()
+		desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
+		cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, cs.SendMsg("not a message"), codes.Internal, "not a protobuf message")
+		var r echopb.SayReply
+		wantCode(t, cs.RecvMsg(&r), codes.Internal, "not a protobuf message")
+		waitForNoWaitingRPCs(t, crt, "client")
+	})
+}
+
 // Header() on a stream whose only message so far the client's cache answered returns the
 // local reply's headers at once: opening the stream would send no message and wait for
 // headers a server waiting for one never sends.
