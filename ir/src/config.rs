@@ -112,6 +112,16 @@ pub struct ElementUse {
     pub constraints: Constraints,
     /// Control-plane state written after `init`: variable → value (maps and vectors whole).
     pub state: Vec<(String, Value)>,
+    /// `max_iterations:` — the most `foreach` iterations one handler run may make, instead
+    /// of [`crate::eval::MAX_ITERATIONS`] (docs/language.md, "The iteration limit").
+    pub max_iterations: Option<u64>,
+}
+
+impl ElementUse {
+    /// The iteration limit of this element's instances.
+    pub fn iteration_limit(&self) -> u64 {
+        self.max_iterations.unwrap_or(crate::eval::MAX_ITERATIONS)
+    }
 }
 
 /// Where an element sits in the user's chain.
@@ -530,6 +540,7 @@ impl Parser {
             params,
             constraints: Constraints::default(),
             state: Vec::new(),
+            max_iterations: None,
         };
         if let Some(m) = extra {
             self.known_keys(
@@ -545,6 +556,7 @@ impl Parser {
                     "untrusted",
                     "hot_upgrade",
                     "state",
+                    "max_iterations",
                 ],
             )?;
             if let Some(n) = m.get("name") {
@@ -593,6 +605,15 @@ impl Parser {
                         self.err(format!("{ctx_el}: `{key}` is true or false"), None)
                     })?;
                 }
+            }
+            if let Some(v) = m.get("max_iterations") {
+                let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                    self.err(
+                        format!("{ctx_el}: `max_iterations` is a whole number above 0"),
+                        Some("the most `foreach` iterations one handler run may make (default 1000000)"),
+                    )
+                })?;
+                use_.max_iterations = Some(n);
             }
             if let Some(s) = m.get("state") {
                 let Yaml::Mapping(sm) = s else {

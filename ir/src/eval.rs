@@ -38,19 +38,18 @@ pub enum RuntimeError {
 }
 
 /// The most `foreach` iterations one run of one element's handler may make, nested loops
-/// counted together. Past it the RPC is rejected (INTERNAL) and the element's error counter
+/// counted together, unless the element's config sets `max_iterations`. Past it the RPC is rejected (INTERNAL) and the element's error counter
 /// grows, as for any run-time error. Without a bound, two nested loops over a map the
 /// element grows per RPC make the data path quadratic in the map, and one RPC can stall
 /// its thread for minutes. A million iterations take tens of milliseconds interpreted.
 pub const MAX_ITERATIONS: u64 = 1_000_000;
 
-/// One more `foreach` iteration of a handler run that has made `*done` so far.
-pub fn count_iteration(done: &mut u64) -> Result<(), RuntimeError> {
+/// One more `foreach` iteration of a handler run that has made `*done` so far, against the
+/// element instance's limit `max` ([`MAX_ITERATIONS`] unless its config sets another).
+pub fn count_iteration(done: &mut u64, max: u64) -> Result<(), RuntimeError> {
     *done += 1;
-    if *done > MAX_ITERATIONS {
-        return Err(RuntimeError::TooManyIterations {
-            max: MAX_ITERATIONS,
-        });
+    if *done > max {
+        return Err(RuntimeError::TooManyIterations { max });
     }
     Ok(())
 }

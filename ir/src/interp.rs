@@ -36,6 +36,9 @@ pub struct Instance {
     pub malformed: u64,
     /// Per-RPC scratch (`set_metadata`), from an RPC's request to its response.
     scratch: Scratch,
+    /// The most `foreach` iterations one handler run may make (`max_iterations` in the
+    /// config; [`crate::eval::MAX_ITERATIONS`] by default). Both executors read it.
+    pub max_iterations: u64,
 }
 
 /// The scratch of the RPCs in flight through one instance: a small slab of slot vectors
@@ -114,6 +117,7 @@ impl Instance {
             errors: 0,
             malformed: 0,
             scratch: Scratch::default(),
+            max_iterations: crate::eval::MAX_ITERATIONS,
         }
     }
 
@@ -490,7 +494,7 @@ impl<'a, 'h> Frame<'a, 'h> {
                     },
                 };
                 for item in items {
-                    crate::eval::count_iteration(&mut self.iterations)?;
+                    crate::eval::count_iteration(&mut self.iterations, self.inst.max_iterations)?;
                     match binder {
                         Binder::One(l) => self.locals[*l] = item,
                         Binder::Pair(a, b) => {

@@ -677,6 +677,7 @@ impl Sim<'_> {
                 SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", self.scope(k)));
             let store = self.executor.wrap_store(&ir, Box::new(store));
             let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
+            instance.max_iterations = el.use_.iteration_limit();
             let mut host = Host {
                 clock: &self.clock,
                 channels: &mut self.channels,

@@ -130,8 +130,8 @@ pub struct Frame<'a, 'i, 'h> {
     pub iterations: Iterations,
 }
 
-/// The `foreach` iterations of one element's handler run, counted against
-/// [`weft_ir::eval::MAX_ITERATIONS`] as the interpreter counts them. A fused function runs
+/// The `foreach` iterations of one element's handler run, counted against its instance's
+/// limit (`Instance::max_iterations`) as the interpreter counts them. A fused function runs
 /// several elements' handlers, each once, in order; the count starts again when the element
 /// changes.
 #[derive(Clone, Copy, Debug)]
@@ -147,11 +147,11 @@ impl Default for Iterations {
 }
 
 impl Iterations {
-    fn count(&mut self, elem: i64) -> Result<(), RuntimeError> {
+    fn count(&mut self, elem: i64, max: u64) -> Result<(), RuntimeError> {
         if self.elem != elem {
             *self = Iterations { elem, done: 0 };
         }
-        weft_ir::eval::count_iteration(&mut self.done)
+        weft_ir::eval::count_iteration(&mut self.done, max)
     }
 }
 
@@ -834,7 +834,8 @@ extern "C" fn hc_item_at(f: F, h: u64, i: i64) -> u64 {
 /// Item `i` of a `foreach` of element `elem`, counted as one more iteration of its handler.
 extern "C" fn hc_item_at_counted(f: F, h: u64, i: i64, elem: i64) -> u64 {
     guard(f, UNIT, |f| {
-        f.iterations.count(elem)?;
+        let max = f.instance(elem)?.max_iterations;
+        f.iterations.count(elem, max)?;
         item_at(f, h, i)
     })
 }

@@ -254,3 +254,42 @@ resp(rpc):
     assert_eq!(seen[0], seen[1], "fused against the interpreter");
     assert_eq!(seen[0], seen[2], "unfused against the interpreter");
 }
+
+#[test]
+fn a_configured_limit_stops_both_executors_alike() {
+    // `max_iterations: 10` on tagpairs (n + n² iterations for n tags): two tags pass, three
+    // do not, in the simulator with the interpreter and with the fused JIT.
+    use weft_ir::config::Config;
+    use weft_ir::load::load_edge;
+    use weft_ir::sim::{Interp, SimOptions, parse_trace, simulate_with};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let yaml = format!(
+        "protos: [echo.proto]\nelement_paths: [{}]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - element: tagpairs\n        max_iterations: 10\n",
+        root.join("../ir/tests/elements").display()
+    );
+    let cfg = Config::parse("weft.yaml", &root.join("../examples/echo"), &yaml).unwrap();
+    let edge = load_edge(&cfg, "e").unwrap();
+    let trace = parse_trace(
+        "{\"id\": 1, \"t\": 0, \"req\": {\"tags\": [\"x\", \"y\"]}}\n{\"id\": 2, \"t\": 1, \"req\": {\"tags\": [\"x\", \"y\", \"z\"]}}\n",
+    )
+    .unwrap();
+    let jit = weft_jit::Jit::new(weft_jit::Fusion::Fused);
+    let reports = [
+        simulate_with(&edge, &trace, SimOptions::default(), 0.5, &Interp).unwrap(),
+        simulate_with(&edge, &trace, SimOptions::default(), 0.5, &jit).unwrap(),
+    ];
+    let [oracle, compiled] = reports.map(|r| {
+        (r.results.iter())
+            .map(|x| (x.status, x.message.clone()))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(oracle[0].0, Code::Ok);
+    assert_eq!(oracle[1].0, Code::Internal);
+    assert!(
+        oracle[1].1.contains("more than 10 foreach iterations"),
+        "{}",
+        oracle[1].1
+    );
+    assert_eq!(compiled, oracle);
+    assert_eq!(jit.failures().0, 0, "the JIT compiled the segment");
+}

@@ -1284,6 +1284,7 @@ fn start_instance(
     let store = block_store(&ir, Box::new(store));
     let rng = instance_rng(options, &scope, service, version).map_err(err)?;
     let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
+    instance.max_iterations = el.use_.iteration_limit();
     let mut host = Host {
         clock: &*options.clock,
         channels,
