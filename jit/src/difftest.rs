@@ -27,6 +27,8 @@ pub struct Compared {
     pub skipped: bool,
     pub rpcs: usize,
     pub elements: usize,
+    /// Requests the interpreter rejected at the iteration limit.
+    pub limit_hits: usize,
 }
 
 fn fields(
@@ -145,6 +147,23 @@ pub fn compare_program(
         World::new(&chain, seed, true),
         World::new(&chain, seed, true),
     ];
+    // Now and then a small iteration limit per element, so loops stop part-way and the
+    // executors are compared at the limit too (generated loops are too small for the
+    // default).
+    let limits: Vec<u64> = (0..n)
+        .map(|_| {
+            if e.chance(1, 3) {
+                1 + e.below(4) as u64
+            } else {
+                weft_ir::eval::MAX_ITERATIONS
+            }
+        })
+        .collect();
+    for w in &mut worlds {
+        for (inst, limit) in w.instances.iter_mut().zip(&limits) {
+            inst.max_iterations = *limit;
+        }
+    }
     let mut init_ok = true;
     for w in &mut worlds {
         for (inst, el) in w.instances.iter_mut().zip(&chain) {
@@ -164,6 +183,7 @@ pub fn compare_program(
         });
     }
     let mut bufs = Buffers::default();
+    let mut limit_hits = 0;
     let fail = |what: String| {
         Err(format!(
             "{what}\n--- program ({fusion:?}, {n} elements)\n{}",
@@ -209,6 +229,11 @@ pub fn compare_program(
             ));
         }
         let out = &outs[0];
+        if let interp::Verdict::Reject { message, .. } = &out.verdict
+            && message.contains("foreach iterations")
+        {
+            limit_hits += 1;
+        }
         rpc.routed = out.routed.clone();
         let (start, resp) = match &out.verdict {
             interp::Verdict::Forward(_) => {
@@ -308,6 +333,7 @@ pub fn compare_program(
         skipped: false,
         rpcs,
         elements: n,
+        limit_hits,
     })
 }
 

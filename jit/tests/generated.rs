@@ -13,12 +13,15 @@ fn generated_programs_agree_with_the_interpreter() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
-    let mut compared = 0;
+    let (mut compared, mut limit_hits) = (0, 0);
     for seed in 0..seeds {
         let mut e = Entropy::seeded(seed);
         let g = generate_with(&mut e, &GenConfig::default());
         match compare_program(&g, &method, &mut e, 8) {
-            Ok(c) => compared += usize::from(!c.skipped),
+            Ok(c) => {
+                compared += usize::from(!c.skipped);
+                limit_hits += c.limit_hits;
+            }
             Err(why) => panic!("seed {seed}: {why}"),
         }
     }
@@ -26,4 +29,10 @@ fn generated_programs_agree_with_the_interpreter() {
         compared as u64 > seeds / 2,
         "only {compared} of {seeds} programs ran"
     );
+    // Small iteration limits now and then make some loops stop part-way.
+    assert!(
+        seeds < 100 || limit_hits > 0,
+        "no request of {compared} programs reached an iteration limit"
+    );
+    println!("{compared} programs; {limit_hits} requests stopped at an iteration limit");
 }
