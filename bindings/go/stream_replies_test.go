@@ -680,6 +680,20 @@ func TestClientStreamingLocalReplyWhileTheServerFails(t *testing.T) {
 	waitForNoWaitingRPCs(t, crt, "client")
 }
 
+// openServerStreaming opens a server-streaming SayStream call that ends within timeout
+// (or with the test).
+func openServerStreaming(t *testing.T, conn *grpc.ClientConn, timeout time.Duration) grpc.ClientStream {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx(t), timeout)
+	t.Cleanup(cancel)
+	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
+	cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // warmClientCache fills the client-side cache with the reply to "cached".
 func warmClientCache(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
@@ -693,13 +707,7 @@ func warmClientCache(t *testing.T, conn *grpc.ClientConn) {
 // side). It used to open an empty stream at the next RecvMsg and wait on the server.
 func TestServerStreamingCallAnsweredLocallyEndsWithoutCloseSend(t *testing.T) {
 	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
-		c, cancel := context.WithTimeout(ctx(t), 2*time.Second)
-		defer cancel()
-		desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
-		cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs := openServerStreaming(t, conn, 2*time.Second)
 		sendBodies(t, cs, "cached")
 		var r echopb.SayReply
 		if err := cs.RecvMsg(&r); err != nil || r.GetBody() != "cached" {
@@ -718,12 +726,7 @@ func TestServerStreamingCallAnsweredLocallyEndsWithoutCloseSend(t *testing.T) {
 func TestServerStreamingCallWithAnEarlyReaderGetsTheLocalReply(t *testing.T) {
 	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
 		for i := range 40 {
-			c, cancel := context.WithTimeout(ctx(t), 2*time.Second)
-			desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
-			cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
-			if err != nil {
-				t.Fatal(err)
-			}
+			cs := openServerStreaming(t, conn, 2*time.Second)
 			got := make(chan string, 1)
 			go func() {
 				var r echopb.SayReply
@@ -738,7 +741,6 @@ func TestServerStreamingCallWithAnEarlyReaderGetsTheLocalReply(t *testing.T) {
 			if g, want := <-got, `<nil> "cached" EOF`; g != want {
 				t.Fatalf("run %d: reader got %s; want %s", i, g, want)
 			}
-			cancel()
 		}
 		waitForNoWaitingRPCs(t, crt, "client")
 	})
@@ -749,13 +751,7 @@ func TestServerStreamingCallWithAnEarlyReaderGetsTheLocalReply(t *testing.T) {
 // rather than opening the stream without it.
 func TestServerStreamingCallWithABadRequestEndsAtOnce(t *testing.T) {
 	withClientCache(t, func(t *testing.T, crt *weft.Runtime, conn *grpc.ClientConn) {
-		c, cancel := context.WithTimeout(ctx(t), 5*time.Second)
-		defer cancel()
-		desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
-		cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream")
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs := openServerStreaming(t, conn, 5*time.Second)
 		wantCode(t, cs.SendMsg("not a message"), codes.Internal, "not a protobuf message")
 		var r echopb.SayReply
 		wantCode(t, cs.RecvMsg(&r), codes.Internal, "not a protobuf message")
