@@ -420,7 +420,7 @@ pub enum HostFn {
     /// value [`HostFn::RmwBegin`] gave (so a lambda that changes nothing writes nothing).
     RmwEnd = 71,
     /// `(items, index, element)`: an item of a `foreach`, counted as one more iteration of
-    /// the element's handler run against the iteration limit (`weft_ir::eval::MAX_ITERATIONS`).
+    /// the element's handler run against its instance's iteration limit.
     ItemAtCounted = 72,
 }
 

@@ -29,7 +29,8 @@ pub enum RuntimeError {
     State(#[from] StateError),
     #[error("malformed message: {0}")]
     Malformed(#[from] WireError),
-    /// A handler ran more `foreach` iterations than [`MAX_ITERATIONS`].
+    /// A handler ran more `foreach` iterations than its element's limit (`max_iterations`
+    /// in the config, [`MAX_ITERATIONS`] by default).
     #[error("more than {max} foreach iterations in one handler (nested loops over large state?)")]
     TooManyIterations { max: u64 },
     /// An operand had a kind the checker should have excluded; a bug, reported not panicked.

@@ -790,7 +790,13 @@ fn build_segment(
     for &k in &positions {
         instances.push(start_instance(loaded, k, ends, &mut channels)?);
         origins.push(Origin {
-            use_: loaded.elements[k].use_.clone(),
+            // The iteration limit bounds what a handler run may do, not the state an
+            // instance starts from: a reload that changes only it keeps the state (the
+            // way to let an element whose state grew past the limit work again).
+            use_: weft_ir::config::ElementUse {
+                max_iterations: None,
+                ..loaded.elements[k].use_.clone()
+            },
             source: loaded.elements[k].source.text.clone(),
             schema: Arc::clone(&schema),
         });

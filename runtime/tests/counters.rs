@@ -262,3 +262,22 @@ fn only_installed_versions_are_counted() {
     let stats = engine.stats();
     assert_eq!((stats.installed, stats.freed), (2, 1), "{stats:?}");
 }
+
+#[test]
+fn an_elements_configured_iteration_limit_holds_in_the_runtime() {
+    // tagpairs makes n + n² iterations for n tags: 6 for two, 12 for three; its limit is 10.
+    let dir = echo_dir_with_elements(&[("tagpairs.weft", include_str!("elements/tagpairs.weft"))]);
+    let yaml = config(&["element: tagpairs\n        max_iterations: 10"]);
+    let engine = Engine::open_yaml(&yaml, dir.path(), "frontend", options()).unwrap();
+    let with_tags = |n: usize| {
+        let mut out = two_strings("alice", "hello");
+        for _ in 0..n {
+            out.extend_from_slice(&[0x22, 1, b't']); // a `tags` entry
+        }
+        out
+    };
+    assert_eq!(rejected(&engine, &with_tags(2)), None);
+    assert_eq!(rejected(&engine, &with_tags(3)), Some(Code::Internal));
+    let counts = engine.rpc_counters();
+    assert_eq!(counts.element_errors, 1, "counted against the element");
+}

@@ -93,6 +93,33 @@ fn an_unchanged_rate_limiter_stays_drained_and_a_changed_one_starts_full() {
 }
 
 #[test]
+fn a_new_iteration_limit_keeps_the_state() {
+    // Raising `max_iterations` is how an operator lets an element whose state grew past
+    // the limit work again, so it must not reset that state.
+    let dir = examples().join("echo");
+    let limited = |limit: u32| {
+        format!(
+            "element: ratelimit\n        params: {{capacity: 2.0, rate: 0.000001}}\n        max_iterations: {limit}"
+        )
+    };
+    let client = Engine::open_yaml(
+        &echo_edge(&[&limited(10)], &[]),
+        &dir,
+        "frontend",
+        options(),
+    )
+    .unwrap();
+    assert!(passes(&client) && passes(&client));
+    assert!(!passes(&client), "the bucket of 2 is empty");
+    installed(
+        client
+            .reload_yaml(&echo_edge(&[&limited(5_000_000)], &[]), &dir)
+            .unwrap(),
+    );
+    assert!(!passes(&client), "a new limit must not refill the bucket");
+}
+
+#[test]
 fn a_cache_stays_warm_across_a_reload() {
     let dir = examples().join("echo");
     let cache = "cache: {field: user}";

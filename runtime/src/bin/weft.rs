@@ -647,6 +647,9 @@ fn cmd_bench(
     let mut results = Vec::new();
     for (name, fusion) in kinds {
         let mut rig = Rig::new(&elements, *fusion, request.clone(), response.clone())?;
+        for (inst, el) in rig.instances.iter_mut().zip(&loaded.elements) {
+            inst.max_iterations = el.use_.iteration_limit();
+        }
         // Warm up (compiles nothing more; fills caches and allocator pools).
         for _ in 0..n.min(1000) {
             rig.run();
