@@ -101,6 +101,16 @@ func ready(t *testing.T, conn *grpc.ClientConn) {
 	}
 }
 
+// rvNewWithin opens a stream that must end within d, on a connection made ready first so
+// that connecting does not eat into the deadline.
+func rvNewWithin(t *testing.T, conn *grpc.ClientConn, d time.Duration, desc grpc.StreamDesc) (grpc.ClientStream, error) {
+	t.Helper()
+	ready(t, conn)
+	c, cancel := context.WithTimeout(ctx(t), d)
+	t.Cleanup(cancel)
+	return rvNew(t, conn, c, desc)
+}
+
 var rvBidi = grpc.StreamDesc{StreamName: "SayStream", ClientStreams: true, ServerStreams: true}
 
 func rvNew(t *testing.T, conn *grpc.ClientConn, c context.Context, d grpc.StreamDesc) (grpc.ClientStream, error) {
@@ -394,10 +404,7 @@ func TestClientStreamActsAsGrpcGo_ClientStreamingRecvWithoutClose(t *testing.T) 
 	rvCompare(t, func(t *testing.T, opts []grpc.DialOption, log func(string, ...any)) {
 		addr := serveCollector(t, metadata.Pairs("x-load", "7"))
 		conn := dialConn(t, addr, opts...)
-		ready(t, conn) // connecting does not eat into the deadline
-		c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
-		defer cancel()
-		cs, err := rvNew(t, conn, c, desc)
+		cs, err := rvNewWithin(t, conn, 200*time.Millisecond, desc)
 		log("new %s", rvErr(err))
 		log("send %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "0"})))
 		var r echopb.SayReply
@@ -443,10 +450,7 @@ func TestClientStreamActsAsGrpcGo_Deadline(t *testing.T) {
 			return ss.Context().Err()
 		})
 		conn := dialConn(t, addr, opts...)
-		ready(t, conn) // connecting does not eat into the deadline
-		c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
-		defer cancel()
-		cs, err := rvNew(t, conn, c, rvBidi)
+		cs, err := rvNewWithin(t, conn, 100*time.Millisecond, rvBidi)
 		log("new %s", rvErr(err))
 		log("send %s", rvErr(cs.SendMsg(&echopb.SayRequest{Body: "a"})))
 		var r echopb.SayReply
