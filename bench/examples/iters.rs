@@ -8,7 +8,8 @@
 //! and divide by N (the set-up is a few million instructions; compare against `... 0`).
 //! A third argument `chain` runs the RPCs as the `five_chain` benchmarks do
 //! (`weft_jit::rig::time_batches`: the message copies made before each batch, the records and
-//! delivered messages dropped after it), so the chain's share of a profile stands apart.
+//! delivered messages dropped after it), so the chain's share of a profile stands apart,
+//! and prints the timed part per RPC.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -41,7 +42,8 @@ fn main() {
         "hand_written" | "messages_only" => {
             let mut hand = HandRig::new(&method).unwrap();
             if chain_only && case == "hand_written" {
-                time_batches(&mut hand, n, |reached| assert!(reached));
+                let timed = time_batches(&mut hand, n, |reached| assert!(reached));
+                per_rpc(timed, n);
                 return;
             }
             for _ in 0..n {
@@ -55,12 +57,20 @@ fn main() {
         _ => {
             let mut rig = Rig::new(&elements, fusion, req, resp).unwrap();
             if chain_only {
-                time_batches(&mut rig, n, |_| {});
+                let timed = time_batches(&mut rig, n, |_| {});
+                per_rpc(timed, n);
                 return;
             }
             for _ in 0..n {
                 black_box(rig.run());
             }
         }
+    }
+}
+
+/// Prints the chain's time per RPC (stderr, so `perf stat` output stays apart).
+fn per_rpc(timed: std::time::Duration, n: u64) {
+    if n > 0 {
+        eprintln!("{:.1} ns per RPC in the chain", timed.as_nanos() as f64 / n as f64);
     }
 }
