@@ -71,6 +71,9 @@ fn main() {
 /// Prints the chain's time per RPC (stderr, so `perf stat` output stays apart).
 fn per_rpc(timed: std::time::Duration, n: u64) {
     if n > 0 {
-        eprintln!("{:.1} ns per RPC in the chain", timed.as_nanos() as f64 / n as f64);
+        eprintln!(
+            "{:.1} ns per RPC in the chain",
+            timed.as_nanos() as f64 / n as f64
+        );
     }
 }

@@ -113,14 +113,14 @@ impl SourceFile {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
     Warning,
     Error,
 }
 
 /// One problem found in a source file.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Diagnostic {
     pub severity: Severity,
     pub message: String,
@@ -166,7 +166,6 @@ impl Diagnostic {
         let mut out = format!("{}:{line}:{col}: {severity}: {}\n", file.path, self.message);
         let text = file.line_text(line);
         let gutter = line.to_string().len();
-        let (shown, caret_at) = expand_tabs(text, col - 1);
         let line_end = file
             .line_starts
             .get(line)
@@ -176,13 +175,14 @@ impl Diagnostic {
             .text
             .get(self.span.start as usize..span_end as usize)
             .map_or(0, |s| s.chars().map(display_width).sum());
+        let (shown, caret_at, caret_width) = shown_line(text, col - 1, span_width.max(1));
         let _ = writeln!(out, "{line:>gutter$} | {shown}");
         let _ = writeln!(
             out,
             "{:gutter$} | {}{}",
             "",
             " ".repeat(caret_at),
-            "^".repeat(span_width.max(1))
+            "^".repeat(caret_width)
         );
         if let Some(hint) = &self.hint {
             let _ = writeln!(out, "{:gutter$} = hint: {hint}", "");
@@ -200,6 +200,56 @@ fn display_width(c: char) -> usize {
     } else {
         UnicodeWidthChar::width(c).unwrap_or(0)
     }
+}
+
+/// The widest a source line is shown. A longer one (minified or garbled text, a huge
+/// literal) is cut to a window around the span, with `...` where it was cut, so each
+/// diagnostic stays a few short lines whatever the line's length.
+pub const MAX_LINE_WIDTH: usize = 100;
+/// Display columns of the line shown before the span when the line is cut.
+const CONTEXT_BEFORE: usize = 30;
+const CUT: &str = "...";
+
+/// The line as shown (tabs expanded), where the caret starts in it and how wide it is, for
+/// a span starting at character column `col` and `span_width` display columns wide: the
+/// whole line when it fits in [`MAX_LINE_WIDTH`], else a window around the span start.
+fn shown_line(text: &str, col: usize, span_width: usize) -> (String, usize, usize) {
+    let (shown, caret_at) = expand_tabs(text, col);
+    let total: usize = text.chars().map(display_width).sum();
+    if total <= MAX_LINE_WIDTH {
+        return (shown, caret_at, span_width);
+    }
+    let from = caret_at.saturating_sub(CONTEXT_BEFORE);
+    let room = MAX_LINE_WIDTH - 2 * CUT.len();
+    let mut window = String::new();
+    // Display columns of the line where the window starts and where it ends.
+    let (mut start, mut end) = (None, 0);
+    let mut width = 0;
+    let mut cut_after = false;
+    for c in text.chars() {
+        let w = display_width(c);
+        if width >= from {
+            let first = *start.get_or_insert(width);
+            if width + w - first > room {
+                cut_after = true;
+                break;
+            }
+            if c == '\t' {
+                window.push_str("    ");
+            } else {
+                window.push(c);
+            }
+            end = width + w;
+        }
+        width += w;
+    }
+    let start = start.unwrap_or(width);
+    let end = end.max(start);
+    let prefix = if start > 0 { CUT } else { "" };
+    let caret = prefix.len() + caret_at.saturating_sub(start);
+    let caret_width = span_width.min(end.saturating_sub(caret_at)).max(1);
+    let suffix = if cut_after { CUT } else { "" };
+    (format!("{prefix}{window}{suffix}"), caret, caret_width)
 }
 
 /// Replaces tabs by 4 spaces and maps a character column to the display column of the
@@ -222,11 +272,49 @@ fn expand_tabs(text: &str, col: usize) -> (String, usize) {
     (shown, caret_at.unwrap_or(width))
 }
 
-/// Renders every diagnostic of a file, errors and warnings in source order.
+/// The most diagnostics [`render_all`] shows for one file; a last line counts the others.
+/// Garbled input can make one per token, and a screenful of the first ones is what helps.
+pub const MAX_RENDERED: usize = 50;
+
+/// Renders the diagnostics of a file, errors and warnings in source order: all of them, or,
+/// past [`MAX_RENDERED`], that many (errors before warnings, so no error is left out for a
+/// warning) and a line that counts the rest.
 pub fn render_all(file: &SourceFile, diags: &[Diagnostic]) -> String {
-    let mut sorted: Vec<&Diagnostic> = diags.iter().collect();
-    sorted.sort_by_key(|d| (d.span.start, std::cmp::Reverse(d.severity)));
-    sorted.iter().map(|d| d.render(file)).collect()
+    let mut shown: Vec<&Diagnostic> = diags.iter().collect();
+    let mut left_out = (0, 0);
+    if shown.len() > MAX_RENDERED {
+        // Errors first, each kind from the top of the file; the first ones are kept.
+        shown.sort_by_key(|d| (std::cmp::Reverse(d.severity), d.span.start));
+        for d in shown.drain(MAX_RENDERED..) {
+            if d.is_error() {
+                left_out.0 += 1;
+            } else {
+                left_out.1 += 1;
+            }
+        }
+    }
+    shown.sort_by_key(|d| (d.span.start, std::cmp::Reverse(d.severity)));
+    let mut out: String = shown.iter().map(|d| d.render(file)).collect();
+    if left_out != (0, 0) {
+        let (errors, warnings) = left_out;
+        let _ = writeln!(
+            out,
+            "{}: {} more not shown ({}, {})",
+            file.path,
+            errors + warnings,
+            counted(errors, "error"),
+            counted(warnings, "warning")
+        );
+    }
+    out
+}
+
+/// "1 error", "3 errors".
+fn counted(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        _ => format!("{n} {what}s"),
+    }
 }
 
 pub fn has_errors(diags: &[Diagnostic]) -> bool {
@@ -283,6 +371,121 @@ mod tests {
                         2 |     x = '日本\\q語'\n\
                         \x20 |              ^^\n";
         assert_eq!(out, expected);
+    }
+
+    /// The display column where `needle` starts in `shown` (which has no tabs).
+    fn display_col(shown: &str, needle: &str) -> usize {
+        let at = shown.find(needle).unwrap();
+        shown[..at].chars().map(display_width).sum()
+    }
+
+    /// The shown line and the caret line of a rendered one-line-file diagnostic.
+    fn shown_and_caret(out: &str) -> (String, String) {
+        let lines: Vec<&str> = out.lines().collect();
+        let strip = |l: &str| l.split_once(" | ").unwrap().1.to_owned();
+        (strip(lines[1]), strip(lines[2]))
+    }
+
+    #[test]
+    fn a_long_line_is_cut_to_a_window_around_the_span() {
+        let text = format!("{}oops{}\n", "x = 1 ".repeat(40), " + 2".repeat(60));
+        let f = SourceFile::new("long.weft", text.clone());
+        let start = text.find("oops").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 4), "unknown name `oops`").render(&f);
+        assert!(
+            out.starts_with("long.weft:1:241: error: unknown name `oops`\n"),
+            "{out}"
+        );
+        let (shown, caret) = shown_and_caret(&out);
+        assert!(
+            shown.starts_with("...") && shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(shown.chars().count() <= MAX_LINE_WIDTH, "{}", shown.len());
+        // The caret stands under the span, its whole width.
+        assert_eq!(
+            caret,
+            format!("{}^^^^", " ".repeat(display_col(&shown, "oops")))
+        );
+        assert_eq!(display_col(&shown, "oops"), CUT.len() + CONTEXT_BEFORE);
+    }
+
+    #[test]
+    fn a_cut_line_keeps_the_caret_under_wide_characters_and_tabs() {
+        let text = format!("{}\t'\\q'{}\n", "日本\t".repeat(30), "語".repeat(80));
+        let f = SourceFile::new("w.weft", text.clone());
+        let start = text.find("\\q").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 2), "unknown escape").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        let width: usize = shown.chars().map(display_width).sum();
+        assert!(width <= MAX_LINE_WIDTH, "{width}: {shown}");
+        assert!(!shown.contains('\t'), "{shown}");
+        assert_eq!(
+            caret,
+            format!("{}^^", " ".repeat(display_col(&shown, "\\q")))
+        );
+    }
+
+    #[test]
+    fn a_span_at_the_end_of_a_long_line_shows_the_end() {
+        let text = format!("{}\n", "a + ".repeat(100));
+        let f = SourceFile::new("e.weft", text.clone());
+        let end = text.len() - 1;
+        let out = Diagnostic::error(Span::new(end, end), "expected an expression").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        assert!(
+            shown.starts_with("...") && !shown.ends_with("..."),
+            "{shown}"
+        );
+        let width: usize = shown.chars().map(display_width).sum();
+        assert_eq!(caret, format!("{}^", " ".repeat(width)));
+    }
+
+    #[test]
+    fn a_line_that_fits_is_shown_whole() {
+        let text = format!("{}bad\n", "y".repeat(MAX_LINE_WIDTH - 3));
+        let f = SourceFile::new("f.weft", text.clone());
+        let start = text.find("bad").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 3), "bad").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        assert_eq!(shown, text.trim_end());
+        assert_eq!(caret, format!("{}^^^", " ".repeat(MAX_LINE_WIDTH - 3)));
+    }
+
+    #[test]
+    fn render_all_shows_the_first_errors_and_counts_the_rest() {
+        let text = "x\n".repeat(200);
+        let f = SourceFile::new("many.weft", text);
+        let at = |line: usize| Span::new(2 * line, 2 * line + 1);
+        // Warnings on the first lines, errors after them: the errors are kept.
+        let mut diags: Vec<Diagnostic> = (0..10)
+            .map(|l| Diagnostic::warning(at(l), format!("warning {l}")))
+            .collect();
+        diags.extend((10..130).map(|l| Diagnostic::error(at(l), format!("error {l}"))));
+        diags.reverse();
+        let out = render_all(&f, &diags);
+        let headers: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("many.weft:"))
+            .collect();
+        assert_eq!(headers.len(), MAX_RENDERED + 1);
+        // The first errors of the file, in source order.
+        for (i, h) in headers[..MAX_RENDERED].iter().enumerate() {
+            let line = 11 + i;
+            assert_eq!(
+                *h,
+                format!("many.weft:{line}:1: error: error {}", line - 1),
+                "{out}"
+            );
+        }
+        assert_eq!(
+            headers[MAX_RENDERED],
+            "many.weft: 80 more not shown (70 errors, 10 warnings)"
+        );
+        // Up to the limit, everything is shown and nothing is counted.
+        let out = render_all(&f, &diags[..MAX_RENDERED]);
+        assert!(!out.contains("more not shown"), "{out}");
+        assert_eq!(out.matches(": error: ").count(), MAX_RENDERED);
     }
 
     #[test]

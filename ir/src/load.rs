@@ -1,7 +1,7 @@
 //! From a chain config to checked IR: find each element's source, parse it, and check it
 //! against every method of the edge with its parameters bound.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -196,6 +196,7 @@ pub fn load_edge_with_schema(
         let (ast, mut diags) = parse(&source);
         let mut ir = BTreeMap::new();
         if !has_errors(&diags) {
+            let mut seen: HashSet<Diagnostic> = diags.iter().cloned().collect();
             for m in &methods {
                 let env = CheckEnv {
                     name: use_.name.clone(),
@@ -203,7 +204,7 @@ pub fn load_edge_with_schema(
                     params: Some(&use_.params),
                 };
                 let (element, d) = check(&ast, &env);
-                push_unique(&mut diags, d);
+                push_unique(&mut diags, &mut seen, d);
                 if let Some(e) = element {
                     ir.insert(m.full_name.clone(), Arc::new(e));
                 }
@@ -239,9 +240,12 @@ pub fn load_edge_with_schema(
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.
-fn push_unique(into: &mut Vec<Diagnostic>, more: Vec<Diagnostic>) {
+/// Appends the diagnostics `seen` does not hold yet: each method's check repeats the
+/// method-independent ones. A set, not a search of `into`, so a file with many diagnostics
+/// and several methods is not quadratic.
+fn push_unique(into: &mut Vec<Diagnostic>, seen: &mut HashSet<Diagnostic>, more: Vec<Diagnostic>) {
     for d in more {
-        if !into.contains(&d) {
+        if seen.insert(d.clone()) {
             into.push(d);
         }
     }

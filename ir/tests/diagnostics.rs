@@ -92,3 +92,30 @@ fn every_expectation_has_its_case() {
         }
     }
 }
+
+/// Garbled input can make a diagnostic per token, all on one long line: the report stays a
+/// screenful (the first `MAX_RENDERED`, each line cut to `MAX_LINE_WIDTH`, and a count of
+/// the rest) instead of repeating the whole line for each.
+#[test]
+fn a_long_garbled_line_renders_a_bounded_report() {
+    use weft_ir::diag::{MAX_LINE_WIDTH, MAX_RENDERED};
+    let text = format!("req(rpc):\n    x = {}\n", "$ ".repeat(100_000));
+    let src = SourceFile::new("garbled.weft", text);
+    let (_, diags) = parse(&src);
+    assert!(diags.len() > MAX_RENDERED, "{} diagnostics", diags.len());
+    let out = render_all(&src, &diags);
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "garbled.weft: {} more not shown ({} errors, 0 warnings)",
+            diags.len() - MAX_RENDERED,
+            diags.len() - MAX_RENDERED
+        )
+    );
+    // Each shown diagnostic: a header, the cut line, the caret, maybe a hint.
+    for line in out.lines() {
+        assert!(line.chars().count() <= MAX_LINE_WIDTH + 200, "{line}");
+    }
+    assert!(out.lines().count() <= 4 * MAX_RENDERED + 1, "{out}");
+}
