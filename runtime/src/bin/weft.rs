@@ -656,13 +656,8 @@ fn cmd_bench(
         }
         // The chain alone: each batch's copies made before it is timed, its records and
         // messages dropped after, as a service's transport and channel reader do.
-        let mut forwarded = 0u64;
-        let chain = per_rpc(
-            time_batches(&mut rig, n, |outcome| {
-                forwarded += u64::from(*outcome == RunOutcome::Forwarded)
-            }),
-            n,
-        );
+        let mut tally = OutcomeTally::new(elements.len());
+        let chain = per_rpc(time_batches(&mut rig, n, |o| tally.count(o)), n);
         let start = Instant::now();
         for _ in 0..n {
             rig.run();
@@ -670,8 +665,13 @@ fn cmd_bench(
         let whole = per_rpc(start.elapsed(), n);
         println!(
             "{name:>7}: {chain:10.1} ns/RPC in the chain, {whole:10.1} with the copies  \
-             ({forwarded} of {n} reached the server)"
+             ({} of {n} reached the server)",
+            tally.forwarded
         );
+        // The others took another path, which is what was timed for them: say whose.
+        if let Some(others) = tally.describe(&loaded.elements) {
+            println!("{:>7}  {others}", "");
+        }
         results.push((chain, whole));
     }
     if let [(interp, interp_whole), (jit, jit_whole)] = results[..] {
@@ -682,6 +682,55 @@ fn cmd_bench(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the timed RPCs of `weft bench` ended: forwarded to the server, or stopped by which
+/// element.
+struct OutcomeTally {
+    forwarded: u64,
+    /// Per element: (rejected, answered).
+    stopped: Vec<(u64, u64)>,
+}
+
+impl OutcomeTally {
+    fn new(elements: usize) -> Self {
+        OutcomeTally {
+            forwarded: 0,
+            stopped: vec![(0, 0); elements],
+        }
+    }
+
+    fn count(&mut self, outcome: &RunOutcome) {
+        match *outcome {
+            RunOutcome::Forwarded => self.forwarded += 1,
+            RunOutcome::Rejected(k) => {
+                if let Some(s) = self.stopped.get_mut(k) {
+                    s.0 += 1;
+                }
+            }
+            RunOutcome::Replied(k) => {
+                if let Some(s) = self.stopped.get_mut(k) {
+                    s.1 += 1;
+                }
+            }
+        }
+    }
+
+    /// "ratelimit rejected 190; cache answered 10", or `None` when every RPC reached the
+    /// server.
+    fn describe(&self, elements: &[weft_ir::load::LoadedElement]) -> Option<String> {
+        let parts: Vec<String> = (self.stopped.iter().zip(elements))
+            .flat_map(|(&(rejected, answered), e)| {
+                let name = &e.use_.name;
+                [
+                    (rejected > 0).then(|| format!("{name} rejected {rejected}")),
+                    (answered > 0).then(|| format!("{name} answered {answered}")),
+                ]
+            })
+            .flatten()
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
 }
 
 fn per_rpc(d: Duration, n: u64) -> f64 {
