@@ -78,13 +78,20 @@ impl SourceFile {
         }
     }
 
+    /// The 1-based line of a byte offset, without counting the characters before it on its
+    /// line (which [`SourceFile::line_col`] does).
+    pub fn line_of(&self, offset: u32) -> usize {
+        let offset = (offset as usize).min(self.text.len());
+        match self.line_starts.binary_search(&offset) {
+            Ok(l) => l + 1,
+            Err(l) => l,
+        }
+    }
+
     /// 1-based line and 1-based column (in characters) of a byte offset.
     pub fn line_col(&self, offset: u32) -> (usize, usize) {
         let offset = (offset as usize).min(self.text.len());
-        let line = match self.line_starts.binary_search(&offset) {
-            Ok(l) => l,
-            Err(l) => l - 1,
-        };
+        let line = self.line_of(offset as u32) - 1;
         let start = self.line_starts[line];
         let col = self
             .text
@@ -163,7 +170,11 @@ impl Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        let mut out = format!("{}:{line}:{col}: {severity}: {}\n", file.path, self.message);
+        let mut out = format!(
+            "{}:{line}:{col}: {severity}: {}\n",
+            file.path,
+            capped(&self.message)
+        );
         let text = file.line_text(line);
         let gutter = line.to_string().len();
         let line_end = file
@@ -185,20 +196,51 @@ impl Diagnostic {
             "^".repeat(caret_width)
         );
         if let Some(hint) = &self.hint {
-            let _ = writeln!(out, "{:gutter$} = hint: {hint}", "");
+            let _ = writeln!(out, "{:gutter$} = hint: {}", "", capped(hint));
         }
         out
     }
 }
 
 /// The columns a character takes on a terminal: a tab 4 (the language's tab width, as the
-/// line is shown with tabs expanded), a wide character (CJK, most emoji) 2, a combining mark
-/// 0, so carets stand under what they point at.
+/// line is shown with tabs expanded), a control character 1 (it is shown as `\u{fffd}`), a
+/// wide character (CJK, most emoji) 2, a combining mark 0, so carets stand under what they
+/// point at.
 fn display_width(c: char) -> usize {
     if c == '\t' {
         4
+    } else if c.is_control() {
+        1
     } else {
         UnicodeWidthChar::width(c).unwrap_or(0)
+    }
+}
+
+/// What a character costs of a shown line's room: its width, and at least 1, so a run of
+/// zero-width characters (combining marks, zero-width spaces) cannot make a line that looks
+/// short arbitrarily long.
+fn cells(c: char) -> usize {
+    display_width(c).max(1)
+}
+
+/// How a character of a source line is shown: a tab as 4 spaces, a control character (which
+/// a terminal would act on: an escape sequence, a carriage return) as `\u{fffd}`.
+fn push_shown(out: &mut String, c: char) {
+    match c {
+        '\t' => out.push_str("    "),
+        c if c.is_control() => out.push('\u{fffd}'),
+        c => out.push(c),
+    }
+}
+
+/// The longest message or hint shown, in characters; a longer one (it quotes a huge name
+/// from the source) is cut with `...`.
+pub const MAX_MESSAGE_CHARS: usize = 200;
+
+fn capped(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}{CUT}", &text[..cut]).into(),
+        None => text.into(),
     }
 }
 
@@ -210,46 +252,52 @@ pub const MAX_LINE_WIDTH: usize = 100;
 const CONTEXT_BEFORE: usize = 30;
 const CUT: &str = "...";
 
-/// The line as shown (tabs expanded), where the caret starts in it and how wide it is, for
-/// a span starting at character column `col` and `span_width` display columns wide: the
-/// whole line when it fits in [`MAX_LINE_WIDTH`], else a window around the span start.
+/// The line as shown (see [`push_shown`]), where the caret starts in it and how wide it is,
+/// for a span starting at character column `col` and `span_width` display columns wide: the
+/// whole line when it takes at most [`MAX_LINE_WIDTH`] [`cells`], else a window around the
+/// span start.
 fn shown_line(text: &str, col: usize, span_width: usize) -> (String, usize, usize) {
-    let (shown, caret_at) = expand_tabs(text, col);
-    let total: usize = text.chars().map(display_width).sum();
-    if total <= MAX_LINE_WIDTH {
+    if text.chars().map(cells).sum::<usize>() <= MAX_LINE_WIDTH {
+        let (shown, caret_at) = expand_tabs(text, col);
         return (shown, caret_at, span_width);
     }
-    let from = caret_at.saturating_sub(CONTEXT_BEFORE);
+    let from = text
+        .chars()
+        .take(col)
+        .map(cells)
+        .sum::<usize>()
+        .saturating_sub(CONTEXT_BEFORE);
     let room = MAX_LINE_WIDTH - 2 * CUT.len();
     let mut window = String::new();
-    // Display columns of the line where the window starts and where it ends.
-    let (mut start, mut end) = (None, 0);
-    let mut width = 0;
+    // Cells of the line before the window; display columns of the window, in all and
+    // before the span.
+    let mut first = None;
+    let (mut width, mut caret_at) = (0, 0);
+    let mut at = 0;
     let mut cut_after = false;
-    for c in text.chars() {
-        let w = display_width(c);
-        if width >= from {
-            let first = *start.get_or_insert(width);
-            if width + w - first > room {
+    for (i, c) in text.chars().enumerate() {
+        if at >= from {
+            let first = *first.get_or_insert(at);
+            if at + cells(c) - first > room {
                 cut_after = true;
                 break;
             }
-            if c == '\t' {
-                window.push_str("    ");
-            } else {
-                window.push(c);
+            push_shown(&mut window, c);
+            if i < col {
+                caret_at += display_width(c);
             }
-            end = width + w;
+            width += display_width(c);
         }
-        width += w;
+        at += cells(c);
     }
-    let start = start.unwrap_or(width);
-    let end = end.max(start);
-    let prefix = if start > 0 { CUT } else { "" };
-    let caret = prefix.len() + caret_at.saturating_sub(start);
-    let caret_width = span_width.min(end.saturating_sub(caret_at)).max(1);
+    let prefix = if first != Some(0) { CUT } else { "" };
     let suffix = if cut_after { CUT } else { "" };
-    (format!("{prefix}{window}{suffix}"), caret, caret_width)
+    let caret_width = span_width.min(width - caret_at).max(1);
+    (
+        format!("{prefix}{window}{suffix}"),
+        prefix.len() + caret_at,
+        caret_width,
+    )
 }
 
 /// Replaces tabs by 4 spaces and maps a character column to the display column of the
@@ -262,11 +310,7 @@ fn expand_tabs(text: &str, col: usize) -> (String, usize) {
         if i == col {
             caret_at = Some(width);
         }
-        if c == '\t' {
-            shown.push_str("    ");
-        } else {
-            shown.push(c);
-        }
+        push_shown(&mut shown, c);
         width += display_width(c);
     }
     (shown, caret_at.unwrap_or(width))
@@ -297,13 +341,17 @@ pub fn render_all(file: &SourceFile, diags: &[Diagnostic]) -> String {
     let mut out: String = shown.iter().map(|d| d.render(file)).collect();
     if left_out != (0, 0) {
         let (errors, warnings) = left_out;
+        let kinds: Vec<String> = [(errors, "error"), (warnings, "warning")]
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| counted(n, what))
+            .collect();
         let _ = writeln!(
             out,
-            "{}: {} more not shown ({}, {})",
+            "{}: {} more not shown ({})",
             file.path,
             errors + warnings,
-            counted(errors, "error"),
-            counted(warnings, "warning")
+            kinds.join(", ")
         );
     }
     out
@@ -439,6 +487,59 @@ mod tests {
         );
         let width: usize = shown.chars().map(display_width).sum();
         assert_eq!(caret, format!("{}^", " ".repeat(width)));
+    }
+
+    /// Zero-width characters take no columns but cost a cell each, so a line of them is cut
+    /// like any long line rather than shown whole.
+    #[test]
+    fn zero_width_characters_count_against_the_room() {
+        let text = format!("x = {}oops\n", "\u{200b}".repeat(10_000));
+        let f = SourceFile::new("z.weft", text.clone());
+        let start = text.find("oops").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 4), "unknown name").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        assert!(
+            shown.chars().count() <= MAX_LINE_WIDTH,
+            "{}",
+            shown.chars().count()
+        );
+        assert!(
+            shown.starts_with("...") && shown.ends_with("oops"),
+            "{shown}"
+        );
+        assert_eq!(
+            caret,
+            format!("{}^^^^", " ".repeat(display_col(&shown, "oops")))
+        );
+    }
+
+    /// A terminal would act on control characters (an escape sequence, a carriage return):
+    /// they are shown as U+FFFD, one column each, and the caret counts them so.
+    #[test]
+    fn control_characters_are_shown_as_replacement_characters() {
+        let text = "x = '\u{1b}[2J\u{7}' + oops\n";
+        let f = SourceFile::new("c.weft", text);
+        let start = text.find("oops").unwrap();
+        let out = Diagnostic::error(Span::new(start, start + 4), "unknown name").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        assert_eq!(shown, "x = '\u{fffd}[2J\u{fffd}' + oops");
+        assert_eq!(
+            caret,
+            format!("{}^^^^", " ".repeat(display_col(&shown, "oops")))
+        );
+    }
+
+    #[test]
+    fn long_messages_and_hints_are_cut() {
+        let f = SourceFile::new("m.weft", "x\n");
+        let name = "n".repeat(10_000);
+        let out = Diagnostic::error(Span::new(0, 1), format!("unknown name `{name}`"))
+            .with_hint(format!("did you mean `{name}`?"))
+            .render(&f);
+        for line in out.lines() {
+            assert!(line.chars().count() <= MAX_MESSAGE_CHARS + 40, "{line}");
+        }
+        assert!(out.lines().next().unwrap().ends_with("nnn..."), "{out}");
     }
 
     #[test]

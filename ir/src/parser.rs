@@ -4,6 +4,8 @@
 //! reports several mistakes. Precedence, lowest first: `or`, `and`, `not`, comparisons
 //! (non-associative), `+ -`, `* / %`, unary `-`.
 
+use std::collections::HashMap;
+
 use crate::ast::*;
 use crate::diag::{Diagnostic, SourceFile, Span};
 use crate::lexer::{MAX_NESTING, Tok, Token, lex};
@@ -52,18 +54,21 @@ fn drop_follow_ons(
     lexed: &[Diagnostic],
     parsed: Vec<Diagnostic>,
 ) -> Vec<Diagnostic> {
-    let garbled: Vec<(usize, u32)> = lexed
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| (file.line_col(d.span.start).0, d.span.start))
-        .collect();
+    // Per line, where its first lexer error starts. Lines by binary search, never by
+    // counting characters: a long garbled line has an error per token.
+    let mut garbled: HashMap<usize, u32> = HashMap::new();
+    for d in lexed.iter().filter(|d| d.is_error()) {
+        let first = garbled
+            .entry(file.line_of(d.span.start))
+            .or_insert(u32::MAX);
+        *first = (*first).min(d.span.start);
+    }
     parsed
         .into_iter()
         .filter(|d| {
-            let line = file.line_col(d.span.start).0;
-            !garbled
-                .iter()
-                .any(|&(l, start)| l == line && start <= d.span.start)
+            garbled
+                .get(&file.line_of(d.span.start))
+                .is_none_or(|&start| start > d.span.start)
         })
         .collect()
 }

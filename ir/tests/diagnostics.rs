@@ -99,7 +99,9 @@ fn every_expectation_has_its_case() {
 #[test]
 fn a_long_garbled_line_renders_a_bounded_report() {
     use weft_ir::diag::{MAX_LINE_WIDTH, MAX_RENDERED};
-    let text = format!("req(rpc):\n    x = {}\n", "$ ".repeat(100_000));
+    // 500 000 tokens on one line: fast when each diagnostic costs its own size, while a
+    // pass over the line per diagnostic (as `drop_follow_ons` once made) would not finish.
+    let text = format!("req(rpc):\n    x = {}\n", "$ ".repeat(500_000));
     let src = SourceFile::new("garbled.weft", text);
     let (_, diags) = parse(&src);
     assert!(diags.len() > MAX_RENDERED, "{} diagnostics", diags.len());
@@ -108,7 +110,7 @@ fn a_long_garbled_line_renders_a_bounded_report() {
     assert_eq!(
         last,
         format!(
-            "garbled.weft: {} more not shown ({} errors, 0 warnings)",
+            "garbled.weft: {} more not shown ({} errors)",
             diags.len() - MAX_RENDERED,
             diags.len() - MAX_RENDERED
         )

@@ -669,7 +669,12 @@ fn cmd_bench(
             tally.forwarded
         );
         // The others took another path, which is what was timed for them: say whose.
-        if let Some(others) = tally.describe(&loaded.elements) {
+        let names: Vec<&str> = loaded
+            .elements
+            .iter()
+            .map(|e| e.use_.name.as_str())
+            .collect();
+        if let Some(others) = tally.describe(&names) {
             println!("{:>7}  {others}", "");
         }
         results.push((chain, whole));
@@ -690,6 +695,8 @@ struct OutcomeTally {
     forwarded: u64,
     /// Per element: (rejected, answered).
     stopped: Vec<(u64, u64)>,
+    /// Stopped by an element the chain does not have (a bug), so the totals stay whole.
+    unattributed: u64,
 }
 
 impl OutcomeTally {
@@ -697,31 +704,31 @@ impl OutcomeTally {
         OutcomeTally {
             forwarded: 0,
             stopped: vec![(0, 0); elements],
+            unattributed: 0,
         }
     }
 
     fn count(&mut self, outcome: &RunOutcome) {
-        match *outcome {
-            RunOutcome::Forwarded => self.forwarded += 1,
-            RunOutcome::Rejected(k) => {
-                if let Some(s) = self.stopped.get_mut(k) {
-                    s.0 += 1;
-                }
+        let (k, rejected) = match *outcome {
+            RunOutcome::Forwarded => {
+                self.forwarded += 1;
+                return;
             }
-            RunOutcome::Replied(k) => {
-                if let Some(s) = self.stopped.get_mut(k) {
-                    s.1 += 1;
-                }
-            }
+            RunOutcome::Rejected(k) => (k, true),
+            RunOutcome::Replied(k) => (k, false),
+        };
+        match self.stopped.get_mut(k) {
+            Some(s) if rejected => s.0 += 1,
+            Some(s) => s.1 += 1,
+            None => self.unattributed += 1,
         }
     }
 
-    /// "ratelimit rejected 190; cache answered 10", or `None` when every RPC reached the
-    /// server.
-    fn describe(&self, elements: &[weft_ir::load::LoadedElement]) -> Option<String> {
-        let parts: Vec<String> = (self.stopped.iter().zip(elements))
-            .flat_map(|(&(rejected, answered), e)| {
-                let name = &e.use_.name;
+    /// "ratelimit rejected 190; cache answered 10" for the chain's element `names`, or
+    /// `None` when every RPC reached the server.
+    fn describe(&self, names: &[&str]) -> Option<String> {
+        let mut parts: Vec<String> = (self.stopped.iter().zip(names))
+            .flat_map(|(&(rejected, answered), name)| {
                 [
                     (rejected > 0).then(|| format!("{name} rejected {rejected}")),
                     (answered > 0).then(|| format!("{name} answered {answered}")),
@@ -729,6 +736,9 @@ impl OutcomeTally {
             })
             .flatten()
             .collect();
+        if self.unattributed > 0 {
+            parts.push(format!("{} stopped by no known element", self.unattributed));
+        }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
@@ -768,4 +778,35 @@ fn describe(r: &weft_ir::sim::RpcResult) -> String {
         None => format!("client got {} \"{}\"", r.status.name(), r.message),
     };
     format!("rpc {id:>3}: {what}; {answer}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_tally_names_the_element_that_stopped_each_rpc() {
+        let names = ["logging", "ratelimit", "cache"];
+        let mut tally = OutcomeTally::new(names.len());
+        assert_eq!(tally.describe(&names), None);
+        for o in [
+            RunOutcome::Forwarded,
+            RunOutcome::Rejected(1),
+            RunOutcome::Rejected(1),
+            RunOutcome::Replied(2),
+            RunOutcome::Forwarded,
+        ] {
+            tally.count(&o);
+        }
+        assert_eq!(tally.forwarded, 2);
+        assert_eq!(
+            tally.describe(&names).as_deref(),
+            Some("ratelimit rejected 2; cache answered 1")
+        );
+        tally.count(&RunOutcome::Rejected(7));
+        assert_eq!(
+            tally.describe(&names).as_deref(),
+            Some("ratelimit rejected 2; cache answered 1; 1 stopped by no known element")
+        );
+    }
 }
