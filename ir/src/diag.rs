@@ -237,11 +237,20 @@ fn push_shown(out: &mut String, c: char) {
 /// from the source) is cut with `...`.
 pub const MAX_MESSAGE_CHARS: usize = 200;
 
+/// Control characters in it (quoted from the source) are shown as `\u{fffd}`, as in lines.
 fn capped(text: &str) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((cut, _)) => format!("{}{CUT}", &text[..cut]).into(),
-        None => text.into(),
+    let cut = text.char_indices().nth(MAX_MESSAGE_CHARS).map(|(at, _)| at);
+    if cut.is_none() && !text.chars().any(char::is_control) {
+        return text.into();
     }
+    let mut out = String::new();
+    for c in text[..cut.unwrap_or(text.len())].chars() {
+        push_shown(&mut out, c);
+    }
+    if cut.is_some() {
+        out.push_str(CUT);
+    }
+    out.into()
 }
 
 /// The widest a source line is shown. A longer one (minified or garbled text, a huge
@@ -526,6 +535,16 @@ mod tests {
         assert_eq!(
             caret,
             format!("{}^^^^", " ".repeat(display_col(&shown, "oops")))
+        );
+    }
+
+    #[test]
+    fn messages_show_control_characters_as_replacement_characters() {
+        let f = SourceFile::new("m.weft", "x\n");
+        let out = Diagnostic::error(Span::new(0, 1), "bad `\u{1b}[2J`").render(&f);
+        assert!(
+            out.starts_with("m.weft:1:1: error: bad `\u{fffd}[2J`\n"),
+            "{out}"
         );
     }
 

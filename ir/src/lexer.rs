@@ -5,6 +5,8 @@
 //! indented block there (AppNet's `foreach(v, lambda(x):` … `)` form). That block ends when a
 //! line comes back to the indentation of the statement that holds the lambda, or at a `)`.
 
+use unicode_width::UnicodeWidthChar;
+
 use crate::diag::{Diagnostic, MAX_SOURCE_LEN, SourceFile, Span};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -577,7 +579,14 @@ impl Lexer<'_> {
                 '{' | '}' | ';' => Some("blocks are by indentation: end the line with `:`"),
                 _ => None,
             };
-            let d = self.error(start, self.pos, format!("unexpected character `{c}`"));
+            // A character that shows as nothing (or that a terminal would act on) is named
+            // by its code point.
+            let shown = if c.is_control() || UnicodeWidthChar::width(c).unwrap_or(0) == 0 {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            };
+            let d = self.error(start, self.pos, format!("unexpected character `{shown}`"));
             d.hint = hint.map(str::to_owned);
             return;
         };

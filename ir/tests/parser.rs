@@ -326,3 +326,19 @@ fn deep_nesting_is_refused_not_a_stack_overflow() {
         "{errs:?}"
     );
 }
+
+/// A character that shows as nothing, or that a terminal would act on, is named by its code
+/// point in the message.
+#[test]
+fn invisible_unexpected_characters_are_named_by_code_point() {
+    for (c, named) in [('\u{1b}', "\\u{1b}"), ('\u{200b}', "\\u{200b}"), ('$', "$")] {
+        let src = SourceFile::new("u.weft", format!("req(rpc):\n    x = 1 {c} 2\n"));
+        let (_, diags) = parse(&src);
+        let want = format!("unexpected character `{named}`");
+        assert!(
+            diags.iter().any(|d| d.message == want),
+            "{want} missing in:\n{}",
+            render_all(&src, &diags)
+        );
+    }
+}
