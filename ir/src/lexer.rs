@@ -579,6 +579,12 @@ impl Lexer<'_> {
                 '{' | '}' | ';' => Some("blocks are by indentation: end the line with `:`"),
                 _ => None,
             };
+            // A run of the same character (a paste of invisible ones, say) is one mistake.
+            let mut run = 1;
+            while self.peek() == Some(c) {
+                self.pos += c.len_utf8();
+                run += 1;
+            }
             // A character that shows as nothing (or that a terminal would act on) is named
             // by its code point.
             let shown = if c.is_control() || UnicodeWidthChar::width(c).unwrap_or(0) == 0 {
@@ -586,7 +592,11 @@ impl Lexer<'_> {
             } else {
                 c.to_string()
             };
-            let d = self.error(start, self.pos, format!("unexpected character `{shown}`"));
+            let message = match run {
+                1 => format!("unexpected character `{shown}`"),
+                n => format!("unexpected character `{shown}` ({n} in a row)"),
+            };
+            let d = self.error(start, self.pos, message);
             d.hint = hint.map(str::to_owned);
             return;
         };

@@ -342,3 +342,28 @@ fn invisible_unexpected_characters_are_named_by_code_point() {
         );
     }
 }
+
+/// A run of the same unexpected character is one diagnostic over the whole run.
+#[test]
+fn a_run_of_one_unexpected_character_is_one_diagnostic() {
+    let text = "req(rpc):\n    x = 1 \u{200b}\u{200b}\u{200b} + $$ 2\n";
+    let src = SourceFile::new("r.weft", text);
+    let (_, diags) = parse(&src);
+    let unexpected: Vec<_> = diags
+        .iter()
+        .filter(|d| d.message.starts_with("unexpected character"))
+        .map(|d| (d.message.as_str(), src.slice(d.span)))
+        .collect();
+    assert_eq!(
+        unexpected,
+        [
+            (
+                "unexpected character `\\u{200b}` (3 in a row)",
+                "\u{200b}\u{200b}\u{200b}"
+            ),
+            ("unexpected character `$` (2 in a row)", "$$"),
+        ],
+        "{}",
+        render_all(&src, &diags)
+    );
+}
