@@ -266,17 +266,16 @@ const CUT: &str = "...";
 /// whole line when it takes at most [`MAX_LINE_WIDTH`] [`cells`], else a window around the
 /// span start.
 fn shown_line(text: &str, col: usize, span_width: usize) -> (String, usize, usize) {
-    if text.chars().map(cells).sum::<usize>() <= MAX_LINE_WIDTH {
+    let total: usize = text.chars().map(cells).sum();
+    if total <= MAX_LINE_WIDTH {
         let (shown, caret_at) = expand_tabs(text, col);
         return (shown, caret_at, span_width);
     }
-    let from = text
-        .chars()
-        .take(col)
-        .map(cells)
-        .sum::<usize>()
-        .saturating_sub(CONTEXT_BEFORE);
     let room = MAX_LINE_WIDTH - 2 * CUT.len();
+    let span_at: usize = text.chars().take(col).map(cells).sum();
+    // Near the end of the line, what the rest does not fill goes to more context before.
+    let before = CONTEXT_BEFORE.max(room.saturating_sub(total - span_at));
+    let from = span_at.saturating_sub(before);
     let mut window = String::new();
     // Cells of the line before the window; display columns of the window, in all and
     // before the span.
@@ -496,6 +495,8 @@ mod tests {
         );
         let width: usize = shown.chars().map(display_width).sum();
         assert_eq!(caret, format!("{}^", " ".repeat(width)));
+        // The room the line's end leaves goes to what comes before the span.
+        assert_eq!(width, MAX_LINE_WIDTH - CUT.len(), "{shown}");
     }
 
     /// Zero-width characters take no columns but cost a cell each, so a line of them is cut
