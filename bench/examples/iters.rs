@@ -16,7 +16,7 @@ use std::hint::black_box;
 
 use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
 use weft_jit::Fusion;
-use weft_jit::rig::{Rig, time_batches};
+use weft_jit::rig::{Rig, ns_per_rpc, time_batches};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -43,7 +43,7 @@ fn main() {
             let mut hand = HandRig::new(&method).unwrap();
             if chain_only && case == "hand_written" {
                 let timed = time_batches(&mut hand, n, |reached| assert!(reached));
-                per_rpc(timed, n);
+                print_per_rpc(timed, n);
                 return;
             }
             for _ in 0..n {
@@ -58,7 +58,7 @@ fn main() {
             let mut rig = Rig::new(&elements, fusion, req, resp).unwrap();
             if chain_only {
                 let timed = time_batches(&mut rig, n, |_| {});
-                per_rpc(timed, n);
+                print_per_rpc(timed, n);
                 return;
             }
             for _ in 0..n {
@@ -69,11 +69,8 @@ fn main() {
 }
 
 /// Prints the chain's time per RPC (stderr, so `perf stat` output stays apart).
-fn per_rpc(timed: std::time::Duration, n: u64) {
+fn print_per_rpc(timed: std::time::Duration, n: u64) {
     if n > 0 {
-        eprintln!(
-            "{:.1} ns per RPC in the chain",
-            timed.as_nanos() as f64 / n as f64
-        );
+        eprintln!("{:.1} ns per RPC in the chain", ns_per_rpc(timed, n));
     }
 }

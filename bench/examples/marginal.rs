@@ -11,7 +11,7 @@
 
 use weft_bench::{FIVE, counters, load_chain, request, response};
 use weft_jit::Fusion;
-use weft_jit::rig::{Rig, time_batches};
+use weft_jit::rig::{Rig, ns_per_rpc, time_batches};
 
 const ROUNDS: usize = 15;
 const RPCS: u64 = 102_400;
@@ -22,7 +22,7 @@ fn best_ns(items: &str) -> f64 {
     let (req, resp) = (request(&method).unwrap(), response(&method).unwrap());
     let mut rig = Rig::new(&elements, Some(Fusion::Fused), req, resp).unwrap();
     (0..ROUNDS)
-        .map(|_| time_batches(&mut rig, RPCS, |_| {}).as_nanos() as f64 / RPCS as f64)
+        .map(|_| ns_per_rpc(time_batches(&mut rig, RPCS, |_| {}), RPCS))
         .fold(f64::INFINITY, f64::min)
 }
 

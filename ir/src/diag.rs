@@ -90,8 +90,8 @@ impl SourceFile {
 
     /// 1-based line and 1-based column (in characters) of a byte offset.
     pub fn line_col(&self, offset: u32) -> (usize, usize) {
+        let line = self.line_of(offset) - 1;
         let offset = (offset as usize).min(self.text.len());
-        let line = self.line_of(offset as u32) - 1;
         let start = self.line_starts[line];
         let col = self
             .text

@@ -240,9 +240,8 @@ pub fn load_edge_with_schema(
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.
-/// Appends the diagnostics `seen` does not hold yet: each method's check repeats the
-/// method-independent ones. A set, not a search of `into`, so a file with many diagnostics
-/// and several methods is not quadratic.
+/// `seen` is a set, not a search of `into`, so many diagnostics times several methods is
+/// not quadratic.
 fn push_unique(into: &mut Vec<Diagnostic>, seen: &mut HashSet<Diagnostic>, more: Vec<Diagnostic>) {
     for d in more {
         if seen.insert(d.clone()) {

@@ -340,6 +340,11 @@ impl Batched for Rig {
     }
 }
 
+/// Nanoseconds per RPC of `n` RPCs that took `d` (0 RPCs count as 1).
+pub fn ns_per_rpc(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n.max(1) as f64
+}
+
 /// RPCs per timed batch of [`time_batches`]: their copies and records (about 1 KiB an RPC)
 /// stay in the L2 cache, and the two clock reads come to 0.2 ns an RPC.
 pub const BATCH: u64 = 256;

@@ -4,7 +4,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
@@ -16,7 +16,7 @@ use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
 use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
-use weft_jit::rig::{Rig, RunOutcome, time_batches};
+use weft_jit::rig::{Rig, RunOutcome, ns_per_rpc, time_batches};
 use weft_jit::{Fusion, Jit};
 
 #[derive(Parser)]
@@ -657,12 +657,12 @@ fn cmd_bench(
         // The chain alone: each batch's copies made before it is timed, its records and
         // messages dropped after, as a service's transport and channel reader do.
         let mut tally = OutcomeTally::new(elements.len());
-        let chain = per_rpc(time_batches(&mut rig, n, |o| tally.count(o)), n);
+        let chain = ns_per_rpc(time_batches(&mut rig, n, |o| tally.count(o)), n);
         let start = Instant::now();
         for _ in 0..n {
             rig.run();
         }
-        let whole = per_rpc(start.elapsed(), n);
+        let whole = ns_per_rpc(start.elapsed(), n);
         println!(
             "{name:>7}: {chain:10.1} ns/RPC in the chain, {whole:10.1} with the copies  \
              ({} of {n} reached the server)",
@@ -741,10 +741,6 @@ impl OutcomeTally {
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
-}
-
-fn per_rpc(d: Duration, n: u64) -> f64 {
-    d.as_nanos() as f64 / n.max(1) as f64
 }
 
 fn describe(r: &weft_ir::sim::RpcResult) -> String {
