@@ -285,6 +285,11 @@ fn shown_line(text: &str, col: usize, span_width: usize) -> (String, usize, usiz
     let mut cut_after = false;
     for (i, c) in text.chars().enumerate() {
         if at >= from {
+            if first.is_none() && from > 0 && i < col && display_width(c) == 0 {
+                // A combining mark whose base was cut off would attach to the `...`.
+                at += cells(c);
+                continue;
+            }
             let first = *first.get_or_insert(at);
             if at + cells(c) - first > room {
                 cut_after = true;
@@ -521,6 +526,25 @@ mod tests {
             caret,
             format!("{}^^^^", " ".repeat(display_col(&shown, "oops")))
         );
+    }
+
+    /// A combining mark whose base fell before the window is left out, not put on the `...`.
+    #[test]
+    fn a_cut_does_not_start_with_an_orphaned_combining_mark() {
+        // The window starts 30 cells before the span: at the first of the three marks.
+        let text = format!(
+            "{}e\u{301}\u{301}\u{301}{}\n",
+            "a".repeat(99),
+            "b".repeat(200)
+        );
+        let f = SourceFile::new("m.weft", text.clone());
+        let start = text.char_indices().nth(130).unwrap().0;
+        let out = Diagnostic::error(Span::new(start, start + 1), "here").render(&f);
+        let (shown, caret) = shown_and_caret(&out);
+        assert!(shown.starts_with("...b"), "{shown:?}");
+        assert!(!shown.contains('\u{301}'), "{shown:?}");
+        let col = CUT.len() + 27; // the span is the 28th `b`
+        assert_eq!(caret, format!("{}^", " ".repeat(col)), "{shown:?}");
     }
 
     /// A terminal would act on control characters (an escape sequence, a carriage return):
