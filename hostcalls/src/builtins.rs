@@ -44,6 +44,33 @@ pub enum BuiltinError {
         len: usize,
         max: usize,
     },
+    /// The value a built-in (or `+`) would build is longer than [`MAX_VALUE_LEN`].
+    #[error("{function}: the result would be {len} bytes, over the limit of {max} bytes")]
+    ResultTooLarge {
+        function: &'static str,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// Refuses a result of `len` bytes longer than [`MAX_VALUE_LEN`], before it is built. Each
+/// call that grows a value is bounded, so a loop of them (`s = encrypt(s, k)` per item of a
+/// repeated field) fails cleanly instead of asking for more memory than there is: a failed
+/// allocation aborts the process, and no guard can catch that.
+pub fn result_within_limit(function: &'static str, len: usize) -> Result<(), BuiltinError> {
+    if len > MAX_VALUE_LEN {
+        return Err(BuiltinError::ResultTooLarge {
+            function,
+            len,
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The length of the standard padded base64 of `n` bytes.
+fn base64_len(n: usize) -> usize {
+    n.div_ceil(3).saturating_mul(4)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -239,9 +266,16 @@ pub fn encrypt_value(
     key: &str,
     rng: &mut dyn RandomSource,
 ) -> Result<Value, BuiltinError> {
+    let sealed_len = |plain: usize| plain.saturating_add(NONCE_LEN + TAG_LEN);
     match v {
-        Value::Str(s) => Ok(Value::Str(BASE64.encode(encrypt(s.as_bytes(), key, rng)))),
-        Value::Bytes(b) => Ok(Value::Bytes(encrypt(b, key, rng))),
+        Value::Str(s) => {
+            result_within_limit("encrypt", base64_len(sealed_len(s.len())))?;
+            Ok(Value::Str(BASE64.encode(encrypt(s.as_bytes(), key, rng))))
+        }
+        Value::Bytes(b) => {
+            result_within_limit("encrypt", sealed_len(b.len()))?;
+            Ok(Value::Bytes(encrypt(b, key, rng)))
+        }
         other => Err(wrong_kind("encrypt", "string or bytes", other)),
     }
 }
@@ -311,14 +345,20 @@ pub fn compress_value(v: &Value) -> Result<Value, BuiltinError> {
             Ok(())
         }
     };
+    // Incompressible input comes out a little longer (and a string's base64 a third longer
+    // again), so the result is checked too.
     match v {
         Value::Str(s) => {
             check(s.len())?;
-            Ok(Value::Str(BASE64.encode(compress(s.as_bytes()))))
+            let packed = compress(s.as_bytes());
+            result_within_limit("compress", base64_len(packed.len()))?;
+            Ok(Value::Str(BASE64.encode(packed)))
         }
         Value::Bytes(b) => {
             check(b.len())?;
-            Ok(Value::Bytes(compress(b)))
+            let packed = compress(b);
+            result_within_limit("compress", packed.len())?;
+            Ok(Value::Bytes(packed))
         }
         other => Err(wrong_kind("compress", "string or bytes", other)),
     }
@@ -784,6 +824,41 @@ mod tests {
         );
     }
 
+    /// Encrypting grows a value (a string's by a third, as base64): at the limit it is
+    /// refused, so `s = encrypt(s, k)` in a loop fails cleanly rather than exhausting memory.
+    #[test]
+    fn encrypt_value_refuses_results_over_the_value_limit() {
+        let mut rng = SeededRng::new(6);
+        let overhead = NONCE_LEN + TAG_LEN;
+        // The lengths the check predicts are the lengths encrypting makes.
+        for n in [0, 1, 2, 3, 100, 1000] {
+            let b = encrypt_value(&Value::Bytes(vec![7; n]), "k", &mut rng).unwrap();
+            assert!(
+                matches!(&b, Value::Bytes(b) if b.len() == n + overhead),
+                "{n}"
+            );
+            let s = encrypt_value(&Value::Str("x".repeat(n)), "k", &mut rng).unwrap();
+            let want = base64_len(n + overhead);
+            assert!(matches!(&s, Value::Str(t) if t.len() == want), "{n}");
+        }
+        // One byte more than fits is refused before any work.
+        let fits = MAX_VALUE_LEN - overhead;
+        assert_eq!(
+            encrypt_value(&Value::Bytes(vec![7; fits + 1]), "k", &mut rng),
+            Err(BuiltinError::ResultTooLarge {
+                function: "encrypt",
+                len: MAX_VALUE_LEN + 1,
+                max: MAX_VALUE_LEN
+            })
+        );
+        assert_eq!(base64_len(MAX_VALUE_LEN / 4 * 3), MAX_VALUE_LEN);
+        let text_fits = MAX_VALUE_LEN / 4 * 3 - overhead;
+        assert!(matches!(
+            encrypt_value(&Value::Str("x".repeat(text_fits + 1)), "k", &mut rng),
+            Err(BuiltinError::ResultTooLarge { function: "encrypt", len, .. }) if len > MAX_VALUE_LEN
+        ));
+    }
+
     #[test]
     fn decrypt_value_failures_are_none() {
         let mut rng = SeededRng::new(5);
@@ -875,6 +950,21 @@ mod tests {
         assert_eq!(decompress_value(&not_utf8).unwrap(), Value::none());
         assert!(compress_value(&Value::Float(1.0)).is_err());
         assert!(decompress_value(&Value::Unit).is_err());
+        // Incompressible input at the input limit: its base64 would pass the value limit.
+        let mut x: u64 = 1;
+        let noise: Vec<u8> = (0..MAX_DECOMPRESSED_LEN)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                b'!' + ((x >> 33) % 90) as u8
+            })
+            .collect();
+        let noise = String::from_utf8(noise).unwrap();
+        assert!(matches!(
+            compress_value(&Value::Str(noise)),
+            Err(BuiltinError::ResultTooLarge { function: "compress", len, .. }) if len > MAX_VALUE_LEN
+        ));
         assert_eq!(
             compress_value(&Value::Bytes(vec![0; MAX_DECOMPRESSED_LEN + 1])),
             Err(BuiltinError::TooLarge {

@@ -67,20 +67,28 @@ impl RandomSource for SeededRng {
 }
 
 /// `random(lo, hi)`: `lo + (hi - lo) * u` with `u = (word >> 11) * 2^-53`, so `u` takes every
-/// multiple of 2^-53 in [0, 1) with equal probability.
-///
-/// The result lies in [lo, hi) except that rounding in the final addition can yield exactly
-/// `hi` when `hi - lo` is tiny compared to `lo`; callers that need a strict bound must check.
+/// multiple of 2^-53 in [0, 1) with equal probability. The result lies in [lo, hi) (in
+/// (hi, lo] when `hi < lo`; `lo` when they are equal).
 pub fn random_float(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> f64 {
     const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
     let u = (rng.next_u64() >> 11) as f64 * SCALE;
     let width = hi - lo;
-    if width.is_finite() {
+    let x = if width.is_finite() {
         lo + width * u
     } else {
         // The width overflows (lo = -1e308, hi = 1e308): weigh the ends instead, which
         // stays finite for finite ends.
         lo * (1.0 - u) + hi * u
+    };
+    // Rounding can land on `hi` when the width is tiny next to `lo` (an epoch time plus a
+    // millisecond: about one draw in 10 000), and code like `randomf(a, b) < b` relies on
+    // the open end: the closest double inside is used instead.
+    if lo < hi && x >= hi {
+        hi.next_down()
+    } else if hi < lo && x <= hi {
+        hi.next_up()
+    } else {
+        x
     }
 }
 
@@ -158,6 +166,30 @@ mod tests {
         for word in ends {
             let x = random_float(&mut Replay(vec![word]), -f64::MAX, f64::MAX);
             assert!(x.is_finite(), "{x}");
+        }
+    }
+
+    /// Where rounding would give `hi` (a width tiny next to `lo`), the draw stays below it,
+    /// in either direction, and still moves with the word.
+    #[test]
+    fn random_float_never_returns_the_open_end() {
+        let (lo, hi) = (1e10, 1e10 + 1.0);
+        assert_eq!(
+            random_float(&mut Replay(vec![u64::MAX]), lo, hi),
+            hi.next_down()
+        );
+        assert_eq!(
+            random_float(&mut Replay(vec![u64::MAX]), hi, lo),
+            lo.next_up()
+        );
+        assert_eq!(random_float(&mut Replay(vec![0]), lo, hi), lo);
+        let mut rng = SeededRng::new(3);
+        let (t, dt) = (1_700_000_000.0, 0.001);
+        for _ in 0..200_000 {
+            let x = random_float(&mut rng, t, t + dt);
+            assert!((t..t + dt).contains(&x), "{x}");
+            let y = random_float(&mut rng, t + dt, t);
+            assert!(y > t && y <= t + dt, "{y}");
         }
     }
 

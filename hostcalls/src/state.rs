@@ -8,7 +8,7 @@
 //! combiner. [`SharedState`] simulates all three in one process, deterministically, so elements
 //! declaring `@consistency` can be tested before a distributed backend exists.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::abi::ScalarBlock;
@@ -199,7 +199,9 @@ pub trait StateStore {
     fn snapshot(&mut self) -> Vec<(String, Value)>;
     /// The block of 8-byte slots where this store keeps local scalars that compiled code
     /// addresses directly (see [`crate::abi::BlockStore`]); `None` for every other store.
-    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
+    /// Shared, so the instance running compiled code holds the block for the whole call: the
+    /// store itself is handed out `&mut` to host calls during it, and may drop its own.
+    fn scalar_block(&mut self) -> Option<&Arc<ScalarBlock>> {
         None
     }
 }
@@ -208,7 +210,7 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         (**self).snapshot()
     }
-    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
+    fn scalar_block(&mut self) -> Option<&Arc<ScalarBlock>> {
         (**self).scalar_block()
     }
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
@@ -498,9 +500,11 @@ impl StateStore for LocalStore {
 ///   * `Lww`: per key, the write (set or delete) with the highest sequence number wins. The
 ///     sequence is one counter for the whole `SharedState`, bumped by every weak write, so the
 ///     outcome depends only on the order of operations, never on timing.
-///   * `Sum`: each replica accumulates, per key, `new - current` for every write since the last
-///     sync; the merge is `base + Σ deltas` (ints and uints wrap, floats round). `delete` writes
-///     `zero` to a present key (the key stays) and ignores an absent one.
+///   * `Sum`: per key, each replica's change since the last sync is its value now minus the
+///     base; the merge is `base + Σ changes` (ints and uints wrap, floats round once per
+///     replica, not once per write), and a key only one replica wrote takes that replica's
+///     value as it is. `delete` writes `zero` to a present key (the key stays) and ignores an
+///     absent one.
 ///   * `Max` / `Min`: per key, the greatest / least of the base and every replica's value.
 ///     Deletes stay local until the sync and are not propagated: the merged value comes back
 ///     from the base or another replica, so a max-combined value can only grow.
@@ -552,8 +556,10 @@ struct Replica {
     /// `Lww`: per key, the latest local write since the last sync and its sequence number
     /// (`None` is a delete).
     writes: BTreeMap<Value, (u64, Option<Value>)>,
-    /// `Sum`: per key, the total local change since the last sync.
-    deltas: BTreeMap<Value, Value>,
+    /// `Sum`: the keys written since the last sync. The change is read off `data` at the
+    /// sync: summing `new - current` per write instead lost a float value to cancellation
+    /// (1e20 then 1.0 merged as 0.0) and made NaN of an infinity written over.
+    touched: BTreeSet<Value>,
 }
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -662,7 +668,7 @@ impl WeakVar {
         self.replicas.push(Replica {
             data: self.base.clone(),
             writes: BTreeMap::new(),
-            deltas: BTreeMap::new(),
+            touched: BTreeSet::new(),
         });
         let i = self.replicas.len() - 1;
         self.by_instance.insert(instance.to_owned(), i);
@@ -690,13 +696,25 @@ impl WeakVar {
                 }
             }
             Combiner::Sum => {
+                let mut writers: BTreeMap<Value, Vec<usize>> = BTreeMap::new();
                 for &r in &order {
-                    for (key, delta) in std::mem::take(&mut self.replicas[r].deltas) {
-                        let current = merged.peek(&key).unwrap_or(&spec.zero);
-                        // Writes were checked to be numbers of the zero's kind, so this adds.
-                        if let Some(sum) = add_or_sub(current, &delta, false) {
-                            merged.put(key, sum);
-                        }
+                    for key in std::mem::take(&mut self.replicas[r].touched) {
+                        writers.entry(key).or_default().push(r);
+                    }
+                }
+                for (key, rs) in writers {
+                    let base = self.base.peek(&key).unwrap_or(&spec.zero);
+                    let now = |r: usize| self.replicas[r].data.peek(&key).unwrap_or(&spec.zero);
+                    // Writes were checked to be numbers of the zero's kind, so these add.
+                    let sum = match rs.as_slice() {
+                        [only] => Some(now(*only).clone()),
+                        _ => rs.iter().try_fold(base.clone(), |sum, &r| {
+                            let change = add_or_sub(now(r), base, true)?;
+                            add_or_sub(&sum, &change, false)
+                        }),
+                    };
+                    if let Some(sum) = sum {
+                        merged.put(key, sum);
                     }
                 }
             }
@@ -717,7 +735,7 @@ impl WeakVar {
         for replica in &mut self.replicas {
             replica.data = merged.clone();
             replica.writes.clear();
-            replica.deltas.clear();
+            replica.touched.clear();
         }
         self.base = merged;
     }
@@ -876,23 +894,18 @@ impl Replica {
             }
             (Combiner::Sum, log) => {
                 let current = self.data.peek(&key).unwrap_or(&spec.zero);
-                let pending = self.deltas.get(&key).unwrap_or(&spec.zero);
-                let change = add_or_sub(&value, current, true);
-                let total = change.and_then(|change| add_or_sub(pending, &change, false));
-                let Some(total) = total else {
+                if add_or_sub(&value, current, true).is_none() {
                     // Only reachable if a stored value escaped validation; report the kind clash.
                     return Err(StateError::KindMismatch {
                         var: spec.name.clone(),
                         expected: current.kind_name(),
                         found: value.kind_name(),
                     });
-                };
-                if log.is_some() {
-                    self.data.set(spec, key.clone(), value)?;
-                    self.deltas.insert(key, total);
-                } else {
-                    self.data.set(spec, key, value)?;
                 }
+                if log.is_some() {
+                    self.touched.insert(key.clone());
+                }
+                self.data.set(spec, key, value)?;
             }
             (Combiner::Max | Combiner::Min, _) => self.data.set(spec, key, value)?,
         }
@@ -1367,7 +1380,7 @@ mod tests {
                 Body::Weak(w) => w
                     .replicas
                     .iter()
-                    .map(|r| r.writes.len() + r.deltas.len())
+                    .map(|r| r.writes.len() + r.touched.len())
                     .sum(),
                 Body::Strong(_) => 0,
             })
@@ -1483,6 +1496,30 @@ mod tests {
         incr(&mut stores[0], "x", 2);
         state.sync();
         assert_eq!(stores[1].get(0, &Value::str("x")).unwrap(), Some(int(2)));
+    }
+
+    /// A replica's float value survives the merge as it was written, not as the sum of its
+    /// writes' differences: no cancellation, and no NaN from an infinity written over.
+    #[test]
+    fn sum_of_floats_keeps_a_lone_writers_value_exactly() {
+        let state = SharedState::new();
+        let vars = [scalar("load", Value::Float(0.0)).weak(Combiner::Sum)];
+        let mut a = state.instance_store("x", "a", &vars);
+        let mut b = state.instance_store("x", "b", &vars);
+        a.set(0, Value::Unit, Value::Float(1e20)).unwrap();
+        a.set(0, Value::Unit, Value::Float(1.0)).unwrap();
+        state.sync();
+        assert_eq!(b.get(0, &Value::Unit).unwrap(), Some(Value::Float(1.0)));
+        a.set(0, Value::Unit, Value::Float(f64::INFINITY)).unwrap();
+        a.delete(0, &Value::Unit).unwrap();
+        state.sync();
+        assert_eq!(a.get(0, &Value::Unit).unwrap(), Some(Value::Float(0.0)));
+        // Two writers: each one's change against the base, once.
+        a.set(0, Value::Unit, Value::Float(1e20)).unwrap();
+        a.set(0, Value::Unit, Value::Float(1.0)).unwrap();
+        b.set(0, Value::Unit, Value::Float(2.0)).unwrap();
+        state.sync();
+        assert_eq!(a.get(0, &Value::Unit).unwrap(), Some(Value::Float(3.0)));
     }
 
     #[test]

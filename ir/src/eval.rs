@@ -3,7 +3,7 @@
 //! The checker folds constants with these functions and the interpreter evaluates with them,
 //! so a folded expression and an evaluated one can never disagree.
 
-use weft_hostcalls::builtins::{self, BuiltinError, MAX_VALUE_LEN};
+use weft_hostcalls::builtins::{self, BuiltinError};
 use weft_hostcalls::state::StateError;
 use weft_hostcalls::{Code, Value};
 
@@ -127,20 +127,11 @@ pub fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, RuntimeError> {
     })
 }
 
-/// Refuses a concatenation longer than [`MAX_VALUE_LEN`]. Without a bound, `s = s + s` in a
+/// Refuses a concatenation longer than [`builtins::MAX_VALUE_LEN`]. Without a bound, `s = s + s` in a
 /// `foreach` over a request's repeated field doubles `s` per item: 45 items ask for 32 TiB,
 /// and a failed allocation aborts the process (no unwinding, so no guard can catch it).
 fn joined_len(a: usize, b: usize) -> Result<(), RuntimeError> {
-    let len = a.saturating_add(b);
-    if len > MAX_VALUE_LEN {
-        return Err(BuiltinError::TooLarge {
-            function: "+",
-            len,
-            max: MAX_VALUE_LEN,
-        }
-        .into());
-    }
-    Ok(())
+    Ok(builtins::result_within_limit("+", a.saturating_add(b))?)
 }
 
 /// Comparison operators; `None` when `op` is not a comparison.
@@ -262,6 +253,7 @@ pub fn vec_index(items: &[Value], index: &Value) -> Result<Value, RuntimeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_hostcalls::builtins::MAX_VALUE_LEN;
 
     #[test]
     fn concatenation_is_bounded() {
@@ -270,7 +262,7 @@ mod tests {
         assert!(matches!(&at_limit, Value::Str(s) if s.len() == MAX_VALUE_LEN));
         let over = binary(BinOp::Add, &at_limit, &Value::Str("b".into()));
         assert!(
-            matches!(over, Err(RuntimeError::Builtin(BuiltinError::TooLarge { len, .. })) if len == MAX_VALUE_LEN + 1),
+            matches!(over, Err(RuntimeError::Builtin(BuiltinError::ResultTooLarge { len, .. })) if len == MAX_VALUE_LEN + 1),
             "{over:?}"
         );
         let bytes = Value::Bytes(vec![0; MAX_VALUE_LEN]);

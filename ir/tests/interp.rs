@@ -217,7 +217,7 @@ fn a_string_doubled_per_item_is_refused_before_it_exhausts_memory() {
     match rig.request(2, json!({ "nums": nums })) {
         Verdict::Reject { code, message } => {
             assert_eq!(code, Code::Internal);
-            assert!(message.contains("exceeds the limit"), "{message}");
+            assert!(message.contains("over the limit of"), "{message}");
         }
         other => panic!("{other:?}"),
     }
