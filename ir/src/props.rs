@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use weft_hostcalls::state::{CellKind, Combiner, Consistency};
+use weft_hostcalls::text::header_name;
 
 use crate::ir::*;
 
@@ -326,7 +327,9 @@ impl Analysis<'_> {
                     .cloned()
                     .collect::<Taint>();
                 let label = match &name.kind {
-                    ExprKind::Const(weft_hostcalls::Value::Str(s)) => format!("header:{s}"),
+                    ExprKind::Const(weft_hostcalls::Value::Str(s)) => {
+                        format!("header:{}", header_name(s))
+                    }
                     _ => "header:*".into(),
                 };
                 if label == "header:dst" {
@@ -513,11 +516,16 @@ impl Analysis<'_> {
                 t.extend(self.expr(w, name, ctrl, h));
                 match &name.kind {
                     ExprKind::Const(weft_hostcalls::Value::Str(s)) => {
+                        // Executors look headers up lower-cased; a name from a parameter
+                        // (`name: X-Tenant`) was never checked for case, and a key kept as
+                        // written would not match the lower-cased metadata the runtime
+                        // decodes for elements (the header would go unseen).
+                        let s = header_name(s).into_owned();
                         w.props.fields_read.insert(format!("header:{s}"));
                         if s == "dst" {
                             t.insert(Source::Dst);
                         }
-                        t.insert(Source::Header(s.clone()));
+                        t.insert(Source::Header(s));
                     }
                     _ => {
                         w.props.fields_read.insert("header:*".into());

@@ -59,6 +59,17 @@ pub enum EngineError {
     NotDeferrable { method: String, version: u64 },
     #[error("invalid argument: {0}")]
     Argument(String),
+    /// A config mistake, so `WEFT_E_CONFIG` through the C ABI, not an argument error.
+    #[error(
+        "edges `{first}` and `{second}` both apply to {side}-side method `{method}` of service `{service}`; an RPC must belong to one edge"
+    )]
+    OverlappingEdges {
+        first: String,
+        second: String,
+        side: &'static str,
+        method: String,
+        service: String,
+    },
 }
 
 fn known_services(known: &[String]) -> String {

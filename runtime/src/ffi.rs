@@ -1542,6 +1542,32 @@ edges:
         assert_eq!(read(), 2, "the word outlives the runtime");
     }
 
+    /// Two edges on one method is a mistake in the config: `WEFT_E_CONFIG`, which a binding
+    /// reports as such, not `WEFT_E_ARGUMENT` (a caller's bad pointer or handle). The running
+    /// version stays.
+    #[test]
+    fn a_config_with_two_edges_on_one_method_is_a_config_error() {
+        let rt = open_server();
+        let second = SERVER_METRICS.replace("edges:\n", "edges:\n  other->echo:\n    from: other\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n");
+        let next = CString::new(second).unwrap();
+        let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
+        // SAFETY: a live runtime; NUL-terminated strings that outlive the call.
+        let rc = unsafe { weft_reload_yaml(rt, next.as_ptr(), base.as_ptr()) };
+        // SAFETY: the message is valid until the next failing call on this thread.
+        let message = unsafe { CStr::from_ptr(weft_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(rc, WEFT_E_CONFIG, "{message}");
+        assert!(
+            message.contains("both apply to server-side method `echo.Echo/Say`"),
+            "{message}"
+        );
+        // SAFETY: a live runtime.
+        assert_eq!(unsafe { weft_version(rt) }, 1);
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
+    }
+
     /// Opens the echo server running `logging` then `metrics`, queueing up to `capacity`
     /// channel records, and sends `rpcs` RPCs through it: (runtime, records emitted).
     fn server_with_records(capacity: u32, rpcs: usize) -> (*mut WeftRuntime, usize) {

@@ -740,12 +740,13 @@ pub(crate) fn build(
                 };
                 if let Some(other) = routes.insert(method.full_name.clone(), route) {
                     let other = &version.segments[other.segment].edge;
-                    return Err(EngineError::Argument(format!(
-                        "edges `{other}` and `{}` both apply to {}-side method `{}` of service `{service}`; an RPC must belong to one edge",
-                        edge.name,
-                        side_name(side),
-                        method.full_name
-                    )));
+                    return Err(EngineError::OverlappingEdges {
+                        first: other.clone(),
+                        second: edge.name.clone(),
+                        side: side_name(side),
+                        method: method.full_name.clone(),
+                        service: service.to_owned(),
+                    });
                 }
             }
             version.segments.push(segment);

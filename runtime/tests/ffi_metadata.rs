@@ -12,9 +12,9 @@ use std::ffi::{CStr, CString};
 
 use common::{echo_edge, examples, two_strings};
 use weft_runtime::ffi::{
-    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REPLY, WeftBuf,
-    WeftCall, WeftRuntime, weft_close, weft_open_yaml, weft_request, weft_response,
-    weft_rpc_abandon,
+    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT,
+    WEFT_VERDICT_REPLY, WeftBuf, WeftCall, WeftRuntime, weft_close, weft_open_yaml, weft_request,
+    weft_response, weft_rpc_abandon,
 };
 use weft_runtime::metadata::{self, Keys};
 
@@ -217,4 +217,61 @@ fn a_message_an_element_keeps_is_not_reused() {
     assert_eq!(hit.message.unwrap(), reply);
     // SAFETY: the runtime is live and used by no other thread.
     unsafe { weft_close(rt) };
+}
+
+/// Refuses an RPC whose header, named by a parameter, says `deny`.
+const HEADER_GATE: &str = "\
+state:
+    pass
+
+init(name: string):
+    pass
+
+req(rpc):
+    if get_rpc_header(rpc, name) == 'deny':
+        send(err('gate', PERMISSION_DENIED), Up)
+    else:
+        send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+/// A header name from a parameter is not checked for case as a literal is: written
+/// `X-Tenant`, it must still name the `x-tenant` key gRPC delivers. Before, the C ABI decoded
+/// only the key as written, the element read an empty header, and the gate let every RPC
+/// through (the engine's own API, which decodes every key, refused them).
+#[test]
+fn a_header_named_by_a_parameter_is_seen_whatever_its_case() {
+    let dir = common::echo_dir_with_elements(&[("gate.weft", HEADER_GATE)]);
+    for name in ["x-tenant", "X-Tenant"] {
+        let yaml = format!(
+            "protos: [echo.proto]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    \
+             from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      \
+             - gate: {{name: {name}}}\n"
+        );
+        let yaml = CString::new(yaml).unwrap();
+        let base = CString::new(dir.path().to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), 0) };
+        assert!(!rt.is_null());
+        for (value, verdict) in [("deny", WEFT_VERDICT_REJECT), ("ok", WEFT_VERDICT_FORWARD)] {
+            let md = encode(&[("x-tenant", value.as_bytes())]);
+            let message = two_strings("alice", "hi");
+            let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+            let mut call = call_with(&md, &mut m, &mut meta, &mut route);
+            call.message = message.as_ptr();
+            call.message_len = message.len();
+            // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+            let rc = unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) };
+            assert_eq!(rc, WEFT_OK);
+            assert_eq!(call.verdict, verdict, "name {name}, x-tenant: {value}");
+            if call.rpc != 0 {
+                // SAFETY: the handle this runtime just returned.
+                unsafe { weft_rpc_abandon(rt, call.rpc) };
+            }
+        }
+        // SAFETY: the runtime is live and used by no other thread.
+        unsafe { weft_close(rt) };
+    }
 }
