@@ -860,7 +860,11 @@ impl Engine {
         // The response handlers ended every element's scratch for this RPC.
         rpc.finished = true;
         let verdict = if answer.code == Code::Ok {
-            forward_verdict(&input, answer, false)
+            // A response goes back to its caller: a `dst` header on it routes nothing.
+            match forward_verdict(&input, answer, false) {
+                Verdict::Route { forward, .. } => Verdict::Forward(forward),
+                verdict => verdict,
+            }
         } else {
             Verdict::Reject {
                 code: answer.code,

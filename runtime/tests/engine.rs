@@ -794,3 +794,41 @@ fn the_watcher_follows_imported_protos() {
     );
     assert!(!denied(&engine));
 }
+
+/// `dst` routes a client's request, whoever set it: an element, or the caller passing it
+/// on. A response goes back to its caller whatever headers it carries, so it never routes.
+#[test]
+fn a_request_carrying_dst_routes_and_a_response_never_does() {
+    let yaml = echo_edge(&["metrics"], &[]);
+    let client = Engine::open_yaml(&yaml, examples().join("echo"), "frontend", options()).unwrap();
+    let mut md = Metadata::new();
+    md.insert("dst".into(), "echo-2".into());
+    let out = client
+        .process_request(
+            Side::Client,
+            "/echo.Echo/Say",
+            md,
+            two_strings("alice", "hi"),
+        )
+        .unwrap();
+    match &out.verdict {
+        Verdict::Route { replica, .. } => assert_eq!(replica, "echo-2"),
+        other => panic!("{other:?}"),
+    }
+    let mut back = Metadata::new();
+    back.insert("dst".into(), "somewhere".into());
+    let answer = client
+        .process_response(
+            out.rpc.unwrap(),
+            ServerResponse::Ok {
+                message: vec![],
+                metadata: back,
+            },
+        )
+        .unwrap();
+    assert!(
+        matches!(answer.verdict, Verdict::Forward(_)),
+        "{:?}",
+        answer.verdict
+    );
+}
