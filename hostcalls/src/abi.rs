@@ -13,6 +13,7 @@
 //! same status and counters as the interpreter's.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::state::{StateError, StateStore, VarId};
@@ -226,7 +227,7 @@ pub struct BlockStore {
     /// Indexed by variable id; `None` for variables the inner store holds.
     vars: Vec<Option<BlockVar>>,
     /// `vars`' slots, laid out as compiled code checks.
-    block: ScalarBlock,
+    block: Arc<ScalarBlock>,
 }
 
 impl BlockStore {
@@ -240,7 +241,11 @@ impl BlockStore {
             let var = vars.get(i).and_then(Option::as_ref);
             var.and_then(|b| b.kind.encode(&b.zero)).unwrap_or(0)
         });
-        BlockStore { inner, vars, block }
+        BlockStore {
+            inner,
+            vars,
+            block: Arc::new(block),
+        }
     }
 
     fn block_var(&self, var: VarId) -> Option<(&BlockVar, &AtomicU64)> {
@@ -319,7 +324,7 @@ impl StateStore for BlockStore {
         snap
     }
 
-    fn scalar_block(&mut self) -> Option<&ScalarBlock> {
+    fn scalar_block(&mut self) -> Option<&Arc<ScalarBlock>> {
         Some(&self.block)
     }
 }
@@ -422,6 +427,16 @@ pub enum HostFn {
     /// `(items, index, element)`: an item of a `foreach`, counted as one more iteration of
     /// the element's handler run against its instance's iteration limit.
     ItemAtCounted = 72,
+    /// The arena's length, taken where a `foreach` starts (after its collection): the
+    /// floor of the loop's sweeps.
+    ArenaLen = 73,
+    /// A `foreach`'s back edge: starts reclaiming the iteration's temporaries above the
+    /// floor it is given.
+    SweepBegin = 74,
+    /// Keeps a handle-typed local's value through the sweep; returns its new handle.
+    SweepKeep = 75,
+    /// Drops every value above the kept ones.
+    SweepEnd = 76,
 }
 
 /// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.

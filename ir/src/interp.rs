@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use weft_hostcalls::abi::ScalarBlock;
 use weft_hostcalls::builtins;
 use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
@@ -39,6 +40,8 @@ pub struct Instance {
     /// The most `foreach` iterations one handler run may make (`max_iterations` in the
     /// config; [`crate::eval::MAX_ITERATIONS`] by default). Both executors read it.
     pub max_iterations: u64,
+    /// The store's state block as of the last [`Instance::scalar_block`].
+    block: Option<Arc<ScalarBlock>>,
 }
 
 /// The scratch of the RPCs in flight through one instance: a small slab of slot vectors
@@ -118,10 +121,27 @@ impl Instance {
             malformed: 0,
             scratch: Scratch::default(),
             max_iterations: crate::eval::MAX_ITERATIONS,
+            block: None,
         }
     }
 
-    /// RPCs whose scratch is still held (requests without their response yet).
+    /// The store's state block (see [`StateStore::scalar_block`]), held by the instance: a
+    /// compiled executor takes it once at the start of a call and addresses it until the
+    /// call returns, while host calls hand the store out `&mut` and a store may replace or
+    /// drop its own block in any of them. The instance keeps the block alive through all of
+    /// that (compiled code would otherwise write through a dangling pointer); a store that
+    /// changed its block is followed from the next call on. Call it only between calls.
+    pub fn scalar_block(&mut self) -> Option<&ScalarBlock> {
+        match self.store.scalar_block() {
+            Some(b) if self.block.as_ref().is_some_and(|held| Arc::ptr_eq(held, b)) => {}
+            Some(b) => self.block = Some(Arc::clone(b)),
+            None => self.block = None,
+        }
+        self.block.as_deref()
+    }
+
+    /// RPCs whose scratch is still held: requests without their response yet, counted by
+    /// elements that keep metadata (others hold none).
     pub fn in_flight(&self) -> usize {
         self.scratch.live
     }
@@ -240,7 +260,11 @@ pub fn on_request(
     host: &mut Host<'_>,
 ) -> Verdict {
     debug_assert!(e.is_runnable(), "element {} has unbound parameters", e.name);
-    inst.scratch.begin(rpc.id, e.metadata.len());
+    // An element without metadata keeps nothing for its `resp`: no scratch, as compiled
+    // code does, so an RPC split between the executors leaves no entry behind.
+    if !e.metadata.is_empty() {
+        inst.scratch.begin(rpc.id, e.metadata.len());
+    }
     let result = {
         let mut frame = Frame::new(e, Handler::Req, inst, rpc, host);
         frame.set_msg(msg);

@@ -14,7 +14,7 @@ use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
 use crate::compile::{Compiled, Fusion, Part, compile};
-use crate::host::{Extraction, Frame, Iterations, UNIT};
+use crate::host::{Extraction, Frame, Iterations, Sweep, UNIT};
 use crate::lower::{block_vars, code_of};
 
 /// Buffers reused from call to call, so a call allocates only what its values need.
@@ -26,6 +26,7 @@ pub struct Buffers {
     /// filled at the start of a call and cleared at its end.
     blocks: Vec<*mut u64>,
     extracted: Extraction,
+    sweep: Sweep,
 }
 
 /// Wraps a new instance's store so the element's local scalars live in a block compiled code
@@ -101,6 +102,15 @@ impl SharedRequest {
                 SharedVerdict::Reject { code, message } => Verdict::Reject { code, message },
             },
         }
+    }
+}
+
+impl Buffers {
+    /// How many values the calls so far held at once, at most (the arena keeps its
+    /// capacity): loops reclaim their iterations' values, so this stays near the number
+    /// of values a handler keeps, not the number it makes.
+    pub fn arena_capacity(&self) -> usize {
+        self.arena.capacity()
     }
 }
 
@@ -286,6 +296,7 @@ impl Compiled {
             reject: String::new(),
             extracted: &mut bufs.extracted,
             iterations: Iterations::default(),
+            sweep: &mut bufs.sweep,
         }
     }
 
@@ -560,12 +571,13 @@ impl Compiled {
         out.clear();
         for (layout, i) in self.blocks.iter().zip(instances.iter_mut()) {
             let block = match layout {
-                Some(layout) => i.store.scalar_block().filter(|b| b.layout() == layout),
+                Some(layout) => i.scalar_block().filter(|b| b.layout() == layout),
                 None => None,
             };
             // `AtomicU64` has the layout of `u64`, and writes through a shared `AtomicU64`
             // are allowed; compiled code dereferences the pointer only during this call,
-            // while the instance stays borrowed.
+            // and the instance, borrowed for all of it, holds the block alive whatever the
+            // store does in the host calls (`Instance::scalar_block`).
             out.push(block.map_or(std::ptr::null_mut(), |b| {
                 b.slots().as_ptr().cast::<u64>().cast_mut()
             }));

@@ -833,6 +833,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.check();
         let len = self.callv(HostFn::ItemsLen, &[items]);
         self.check();
+        // Everything made from here on is the loop's, reclaimed at each back edge.
+        let floor = self.callv(HostFn::ArenaLen, &[]);
         let i = self.b.declare_var(types::I64);
         let zero = self.iconst(0);
         self.b.def_var(i, zero);
@@ -872,11 +874,27 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.lambdas.pop();
         self.jump(cont, &[]);
         self.b.switch_to_block(cont);
+        self.sweep(floor);
         let iv = self.b.use_var(i);
         let next = self.b.ins().iadd_imm_s(iv, 1);
         self.b.def_var(i, next);
         self.jump(header, &[]);
         self.b.switch_to_block(exit);
+    }
+
+    /// A loop's back edge: keeps what the element's handle-typed locals hold above the
+    /// loop's `floor` and drops the rest of the iteration's values (see `host::Sweep`, which
+    /// says why nothing else can hold such a handle here).
+    fn sweep(&mut self, floor: V) {
+        self.call(HostFn::SweepBegin, &[floor]);
+        for l in 0..self.body.locals.len() {
+            if repr(&self.body.locals[l].ty) == Repr::H {
+                let h = self.b.use_var(self.locals[l]);
+                let kept = self.callv(HostFn::SweepKeep, &[h]);
+                self.b.def_var(self.locals[l], kept);
+            }
+        }
+        self.call(HostFn::SweepEnd, &[]);
     }
 
     // -----------------------------------------------------------------------------------
@@ -1298,7 +1316,13 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let vals: Vec<V> = args.iter().map(|a| self.expr(a)).collect();
         let aty = |i: usize| args.get(i).map(|a| a.ty.clone()).unwrap_or(Type::Unit);
         match bi {
-            Builtin::CurrentTime => return self.callv(HostFn::Now, &[]),
+            Builtin::CurrentTime => {
+                // The clock is the embedder's and may fail (`hc_now` is guarded): the failure
+                // belongs to this element, not to the next checked call's.
+                let t = self.callv(HostFn::Now, &[]);
+                self.check();
+                return t;
+            }
             Builtin::RpcId => return self.callv(HostFn::RpcId, &[]),
             Builtin::Method => return self.callv(HostFn::Method, &[]),
             Builtin::Src => return self.callv(HostFn::Src, &[]),

@@ -6,10 +6,14 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
 use common::{echo_element, local_store, rpc};
-use weft_hostcalls::abi::{BlockStore, BlockVar, SlotKind};
-use weft_hostcalls::{Message, SeededRng, VirtualClock};
-use weft_ir::interp::{Host, Instance, run_init};
+use weft_hostcalls::abi::{BlockStore, BlockVar, ScalarBlock, SlotKind};
+use weft_hostcalls::state::{StateError, StateStore};
+use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
+use weft_ir::interp::{Host, Instance, Verdict, run_init};
 use weft_ir::ir::Element;
 use weft_ir::sim::{Executor, Interp};
 use weft_jit::{Buffers, Fusion, compile, lower::block_vars};
@@ -92,4 +96,111 @@ fn a_block_of_another_layout_is_left_to_the_interpreter() {
             );
         }
     }
+}
+
+/// A store that, on any write to its map, drops its whole inner store (and so its state
+/// block) for a new one: legal for a `StateStore`, which is safe to implement. It keeps a
+/// weak reference to each block it dropped.
+struct Rebuilding {
+    element: Arc<Element>,
+    inner: Box<dyn StateStore + Send>,
+    dropped: Arc<Mutex<Vec<Weak<ScalarBlock>>>>,
+}
+
+impl StateStore for Rebuilding {
+    fn get(&mut self, var: usize, key: &Value) -> Result<Option<Value>, StateError> {
+        self.inner.get(var, key)
+    }
+    fn set(&mut self, var: usize, key: Value, value: Value) -> Result<(), StateError> {
+        if var == 1 {
+            let old = self.inner.scalar_block().map(Arc::downgrade);
+            self.dropped.lock().unwrap().extend(old);
+            self.inner = weft_jit::block_store(&self.element, local_store(&self.element));
+        }
+        self.inner.set(var, key, value)
+    }
+    fn delete(&mut self, var: usize, key: &Value) -> Result<(), StateError> {
+        self.inner.delete(var, key)
+    }
+    fn len(&mut self, var: usize) -> Result<usize, StateError> {
+        self.inner.len(var)
+    }
+    fn entries(&mut self, var: usize) -> Result<Vec<(Value, Value)>, StateError> {
+        self.inner.entries(var)
+    }
+    fn snapshot(&mut self) -> Vec<(String, Value)> {
+        self.inner.snapshot()
+    }
+    fn scalar_block(&mut self) -> Option<&Arc<ScalarBlock>> {
+        self.inner.scalar_block()
+    }
+}
+
+/// Compiled code takes an element's block at the start of a call and writes it after host
+/// calls that hand the store out: a store that drops its block in one of them must not
+/// leave the code writing freed memory. The instance holds the block until the call ends,
+/// and the next call follows the store to its new block.
+#[test]
+fn a_store_that_drops_its_block_during_a_call_leaves_it_alive_until_the_call_ends() {
+    let (e, _) = common::element_from_source(
+        "u",
+        "\
+state:
+    n: int
+    m: Map<string, int>
+
+init():
+    pass
+
+req(rpc):
+    set(m, 'k', 1)
+    n = n + 1
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+",
+    );
+    let dropped = Arc::new(Mutex::new(Vec::new()));
+    let store = Rebuilding {
+        element: e.clone(),
+        inner: weft_jit::block_store(&e, local_store(&e)),
+        dropped: Arc::clone(&dropped),
+    };
+    let mut inst = Instance::new("u", Box::new(store), Box::new(SeededRng::new(1)));
+    let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
+    let clock = VirtualClock::new(1.0);
+    let mut records = Vec::new();
+    let mut host = Host {
+        clock: &clock,
+        channels: &mut records,
+    };
+    let mut bufs = Buffers::default();
+    let mut run = |inst: &mut Instance| {
+        let out = compiled.request(
+            &mut bufs,
+            &mut [inst],
+            Message::request(vec![]),
+            &rpc(),
+            &mut host,
+        );
+        assert!(
+            matches!(out.verdict, Verdict::Forward(_)),
+            "{:?}",
+            out.verdict
+        );
+    };
+    let first_block = || dropped.lock().unwrap()[0].upgrade();
+    run(&mut inst);
+    // The store dropped the block the call started with; the write of `n` after the
+    // drop went to that block, which the instance still holds.
+    let first = first_block().expect("the first block is alive");
+    let n = first.slots()[0].load(Ordering::Relaxed);
+    assert_eq!(n as i64, 1, "the write after the store dropped its block");
+    drop(first);
+    run(&mut inst);
+    assert!(
+        first_block().is_none(),
+        "the next call moved to the store's new block and let the old one go"
+    );
 }
