@@ -328,7 +328,15 @@ unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Ff
             "`{what}` is NULL but its length is {len}"
         )));
     }
-    // SAFETY: non-NULL, and the caller guarantees `len` readable bytes valid for the call.
+    // No buffer is longer (a slice of more is undefined behaviour): a length past it is a
+    // caller's bug, a negative number cast to `size_t`, answered as one.
+    if isize::try_from(len).is_err() {
+        return Err(FfiError::argument(format!(
+            "`{what}` has length {len}, longer than any buffer"
+        )));
+    }
+    // SAFETY: non-NULL, at most `isize::MAX` long, and the caller guarantees `len` readable
+    // bytes valid for the call.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
@@ -1540,6 +1548,32 @@ edges:
         // SAFETY: the runtime is live and no call is in flight.
         unsafe { weft_close(rt) };
         assert_eq!(read(), 2, "the word outlives the runtime");
+    }
+
+    /// A length no buffer can have (a negative number cast to `size_t`) is refused before
+    /// anything is read.
+    #[test]
+    fn a_length_longer_than_any_buffer_is_an_argument_error() {
+        let rt = open_server();
+        let method = b"/echo.Echo/Say";
+        let message = [0u8; 4];
+        let mut call = WeftCall {
+            method: method.as_ptr(),
+            method_len: method.len(),
+            message: message.as_ptr(),
+            message_len: usize::MAX,
+            ..WeftCall::default()
+        };
+        // SAFETY: a live runtime; the message pointer is valid, its length is the error.
+        let rc = unsafe { weft_request(rt, WEFT_SIDE_SERVER, &mut call) };
+        // SAFETY: the message is valid until the next failing call on this thread.
+        let message = unsafe { CStr::from_ptr(weft_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(rc, WEFT_E_ARGUMENT, "{message}");
+        assert!(message.contains("longer than any buffer"), "{message}");
+        // SAFETY: the runtime is live and no call is in flight.
+        unsafe { weft_close(rt) };
     }
 
     /// Two edges on one method is a mistake in the config: `WEFT_E_CONFIG`, which a binding
