@@ -430,13 +430,16 @@ pub enum HostFn {
     /// The arena's length, taken where a `foreach` starts (after its collection): the
     /// floor of the loop's sweeps.
     ArenaLen = 73,
-    /// A `foreach`'s back edge: starts reclaiming the iteration's temporaries above the
-    /// floor it is given.
+    /// A `foreach`'s back edge: `(floor, h)` starts reclaiming the iteration's values above
+    /// the floor and keeps the first handle-typed local's value; returns its new handle.
     SweepBegin = 74,
-    /// Keeps a handle-typed local's value through the sweep; returns its new handle.
+    /// Keeps one more handle-typed local's value; returns its new handle.
     SweepKeep = 75,
-    /// Drops every value above the kept ones.
+    /// Keeps the last handle-typed local's value and drops every value above the kept ones.
     SweepEnd = 76,
+    /// [`HostFn::SweepBegin`] and [`HostFn::SweepEnd`] in one call, for an element with one
+    /// handle-typed local (or none: `h` is then unit).
+    SweepOnly = 77,
 }
 
 /// The type of a scalar passed in a register, as the `*I`/`*F` host functions receive it.

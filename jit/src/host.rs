@@ -142,9 +142,9 @@ pub struct Frame<'a, 'i, 'h> {
 /// its collection) that can still be used are in the element's handle-typed locals: the
 /// collection and everything an enclosing expression holds were made before the floor,
 /// and `foreach` is a statement, so no temporary of the body lives across the edge. Compiled
-/// code passes each such local through [`SweepKeep`](weft_hostcalls::abi::HostFn::SweepKeep),
-/// which moves its value down to the next free slot from the floor and returns its new
-/// handle; [`SweepEnd`](weft_hostcalls::abi::HostFn::SweepEnd) then drops everything above.
+/// code passes each such local through the sweep calls (`SweepBegin`, `SweepKeep`,
+/// `SweepEnd`, or `SweepOnly` for one), which move its value down to the next free slot
+/// from the floor and return its new handle; the last call drops everything above.
 /// The arena stays at the floor plus the live locals, whatever the number of iterations.
 #[derive(Debug, Default)]
 pub struct Sweep {
@@ -914,16 +914,34 @@ extern "C" fn hc_arena_len(f: F) -> u64 {
     f.arena.len() as u64
 }
 
-extern "C" fn hc_sweep_begin(f: F, floor: u64) {
+// A back edge makes one call per handle-typed local (the first also begins the sweep, the
+// last also ends it), or one call when there is at most one: a counting loop paid 10 ns per
+// iteration with a call of its own to begin and to end.
+
+extern "C" fn hc_sweep_begin(f: F, floor: u64, h: u64) -> u64 {
     f.sweep.begin(floor);
+    f.sweep.keep(f.arena, h)
 }
 
 extern "C" fn hc_sweep_keep(f: F, h: u64) -> u64 {
     f.sweep.keep(f.arena, h)
 }
 
+extern "C" fn hc_sweep_end(f: F, h: u64) -> u64 {
+    let kept = f.sweep.keep(f.arena, h);
+    sweep_end(f);
+    kept
+}
+
+extern "C" fn hc_sweep_only(f: F, floor: u64, h: u64) -> u64 {
+    f.sweep.begin(floor);
+    let kept = f.sweep.keep(f.arena, h);
+    sweep_end(f);
+    kept
+}
+
 /// Drops every value above the kept ones; the frame's own handles follow their values.
-extern "C" fn hc_sweep_end(f: F) {
+fn sweep_end(f: &mut Frame<'_, '_, '_>) {
     let sweep = &*f.sweep;
     // Compiled code sets these only where a handler ends, never inside a loop; they follow
     // their values anyway rather than rely on that.
@@ -1507,9 +1525,10 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         ),
         RmwEnd => (hc_rmw_end as *const u8, sig(&[I, I, I, I, I], None)),
         ArenaLen => (hc_arena_len as *const u8, sig(&[], Some(I))),
-        SweepBegin => (hc_sweep_begin as *const u8, sig(&[I], None)),
+        SweepBegin => (hc_sweep_begin as *const u8, sig(&[I, I], Some(I))),
         SweepKeep => (hc_sweep_keep as *const u8, sig(&[I], Some(I))),
-        SweepEnd => (hc_sweep_end as *const u8, sig(&[], None)),
+        SweepEnd => (hc_sweep_end as *const u8, sig(&[I], Some(I))),
+        SweepOnly => (hc_sweep_only as *const u8, sig(&[I, I], Some(I))),
     }
 }
 
@@ -1594,6 +1613,7 @@ pub const ALL: &[HostFn] = &{
         SweepBegin,
         SweepKeep,
         SweepEnd,
+        SweepOnly,
     ]
 };
 

@@ -886,15 +886,32 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
     /// loop's `floor` and drops the rest of the iteration's values (see `host::Sweep`, which
     /// says why nothing else can hold such a handle here).
     fn sweep(&mut self, floor: V) {
-        self.call(HostFn::SweepBegin, &[floor]);
-        for l in 0..self.body.locals.len() {
-            if repr(&self.body.locals[l].ty) == Repr::H {
-                let h = self.b.use_var(self.locals[l]);
-                let kept = self.callv(HostFn::SweepKeep, &[h]);
+        let handles: Vec<usize> = (0..self.body.locals.len())
+            .filter(|&l| repr(&self.body.locals[l].ty) == Repr::H)
+            .collect();
+        let [first, .., last] = handles[..] else {
+            // One local or none: one call.
+            let h = match handles.first() {
+                Some(&l) => self.b.use_var(self.locals[l]),
+                None => self.unit(),
+            };
+            let kept = self.callv(HostFn::SweepOnly, &[floor, h]);
+            if let Some(&l) = handles.first() {
                 self.b.def_var(self.locals[l], kept);
             }
+            return;
+        };
+        for &l in &handles {
+            let h = self.b.use_var(self.locals[l]);
+            let kept = if l == first {
+                self.callv(HostFn::SweepBegin, &[floor, h])
+            } else if l == last {
+                self.callv(HostFn::SweepEnd, &[h])
+            } else {
+                self.callv(HostFn::SweepKeep, &[h])
+            };
+            self.b.def_var(self.locals[l], kept);
         }
-        self.call(HostFn::SweepEnd, &[]);
     }
 
     // -----------------------------------------------------------------------------------
