@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 # The same build as `make test`'s, so this is a no-op there: `--bin weft` alone resolves other
 # dependency features and compiled a second copy of Cranelift and wasmtime.
 cargo build -q --workspace --all-targets
-./target/debug/weft check --proto examples/echo/echo.proto elements/*.weft
+./target/debug/weft check --proto examples/echo/echo.proto elements/*.weft bench/loops/elements/*.weft
 ./target/debug/weft sim --config examples/echo/weft.yaml --edge 'frontend->echo' \
     --trace examples/echo/trace.jsonl >/dev/null
 echo "check-elements: ok"
