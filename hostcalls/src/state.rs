@@ -505,7 +505,8 @@ impl StateStore for LocalStore {
 ///     replica, not once per write), and a key only one replica wrote takes that replica's
 ///     value as it is. `delete` writes `zero` to a present key (the key stays) and ignores an
 ///     absent one.
-///   * `Max` / `Min`: per key, the greatest / least of the base and every replica's value.
+///   * `Max` / `Min`: per key, the greatest / least of the base and every replica's value;
+///     a float NaN loses to any number (it is kept only where there is nothing else).
 ///     Deletes stay local until the sync and are not propagated: the merged value comes back
 ///     from the base or another replica, so a max-combined value can only grow.
 ///
@@ -721,9 +722,16 @@ impl WeakVar {
             Combiner::Max | Combiner::Min => {
                 for &r in &order {
                     for (key, value) in self.replicas[r].data.entries() {
-                        let wins = merged.peek(&key).is_none_or(|current| match spec.combiner {
-                            Combiner::Max => value > *current,
-                            _ => value < *current,
+                        // A NaN is no extreme: in `Value`'s total order it would be the
+                        // greatest float, and one replica's 0/0 would hold a max for good.
+                        let nan = |v: &Value| matches!(v, Value::Float(x) if x.is_nan());
+                        let wins = merged.peek(&key).is_none_or(|current| {
+                            match (nan(&value), nan(current), spec.combiner) {
+                                (true, _, _) => false,
+                                (false, true, _) => true,
+                                (false, false, Combiner::Max) => value > *current,
+                                (false, false, _) => value < *current,
+                            }
                         });
                         if wins {
                             merged.put(key, value);
@@ -1532,6 +1540,30 @@ mod tests {
         b.set(0, Value::Unit, Value::Float(0.25)).unwrap();
         state.sync();
         assert_eq!(a.get(0, &Value::Unit).unwrap(), Some(Value::Float(0.75)));
+    }
+
+    /// NaN is not an extreme: a replica that stored one does not hold a max or min for good.
+    #[test]
+    fn max_and_min_of_floats_pass_over_nan() {
+        let state = SharedState::new();
+        let vars = [
+            scalar("hi", Value::Float(0.0)).weak(Combiner::Max),
+            scalar("lo", Value::Float(0.0)).weak(Combiner::Min),
+        ];
+        let mut a = state.instance_store("x", "a", &vars);
+        let mut b = state.instance_store("x", "b", &vars);
+        for var in [0, 1] {
+            a.set(var, Value::Unit, Value::Float(f64::NAN)).unwrap();
+            b.set(var, Value::Unit, Value::Float(2.0)).unwrap();
+        }
+        state.sync();
+        assert_eq!(a.get(0, &Value::Unit).unwrap(), Some(Value::Float(2.0)));
+        assert_eq!(a.get(1, &Value::Unit).unwrap(), Some(Value::Float(0.0)));
+        // A NaN alone in the merge (the base and every replica) stays.
+        let vars = [scalar("only", Value::Float(f64::NAN)).weak(Combiner::Max)];
+        let mut c = state.instance_store("y", "c", &vars);
+        state.sync();
+        assert!(matches!(c.get(0, &Value::Unit).unwrap(), Some(Value::Float(x)) if x.is_nan()));
     }
 
     #[test]
