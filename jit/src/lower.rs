@@ -11,7 +11,7 @@
 //! context names and runs back to 0; an element's rejection or failure becomes the response
 //! the earlier elements see.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::mem::offset_of;
 use std::sync::Arc;
 
@@ -171,6 +171,8 @@ struct Fx<'a, 'f, M: Module> {
     entry_msg: V,
     exits: Exits,
     lambdas: Vec<Lambda>,
+    /// Per `foreach` being lowered, innermost last: the locals its body assigns.
+    loops: Vec<BTreeSet<usize>>,
     /// A host function the module did not declare (a bug; fails the compilation).
     missing: Option<HostFn>,
 }
@@ -332,6 +334,15 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         }
     }
 
+    /// Assigns a local, noting it in every loop being lowered: a loop's sweep keeps only the
+    /// locals its body assigns, since any other holds what it held before the loop.
+    fn set_local(&mut self, l: usize, v: V) {
+        self.b.def_var(self.locals[l], v);
+        for assigned in &mut self.loops {
+            assigned.insert(l);
+        }
+    }
+
     fn msg_local(&mut self) -> Option<V> {
         self.body.msg.map(|m| self.b.use_var(self.locals[m]))
     }
@@ -349,7 +360,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         match &s.kind {
             StmtKind::Assign { local, value } => {
                 let v = self.expr(value);
-                self.b.def_var(self.locals[*local], v);
+                self.set_local(*local, v);
             }
             StmtKind::AssignPair {
                 first,
@@ -363,7 +374,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     self.check();
                     let ty = self.body.locals[l].ty.clone();
                     let v = self.unboxed(part, &ty);
-                    self.b.def_var(self.locals[l], v);
+                    self.set_local(l, v);
                 }
             }
             StmtKind::StateStore { var, value } => {
@@ -405,7 +416,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let c = self.b.use_var(self.locals[*local]);
                 let n = self.callv(HostFn::LocalSet, &[c, k, v]);
                 self.check();
-                self.b.def_var(self.locals[*local], n);
+                self.set_local(*local, n);
             }
             StmtKind::LocalDelete { local, key } => {
                 let k = self.expr(key);
@@ -413,7 +424,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let c = self.b.use_var(self.locals[*local]);
                 let n = self.callv(HostFn::LocalDelete, &[c, k]);
                 self.check();
-                self.b.def_var(self.locals[*local], n);
+                self.set_local(*local, n);
             }
             StmtKind::SetField { msg, field, value } => {
                 let v = self.expr(value);
@@ -423,7 +434,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let id = self.iconst(id as i64);
                 let n = self.callv(HostFn::FieldWrite, &[m, id, v]);
                 self.check();
-                self.b.def_var(self.locals[*msg], n);
+                self.set_local(*msg, n);
             }
             StmtKind::SetHeader { msg, name, value } => {
                 let n = self.expr(name);
@@ -431,7 +442,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let m = self.b.use_var(self.locals[*msg]);
                 let r = self.callv(HostFn::HeaderSet, &[m, n, v]);
                 self.check();
-                self.b.def_var(self.locals[*msg], r);
+                self.set_local(*msg, r);
             }
             StmtKind::SetMetadata { key, value } => {
                 let v = self.expr(value);
@@ -639,7 +650,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             if let Pattern::Some(Some(l)) = &arm.pattern {
                 let ty = self.body.locals[*l].ty.clone();
                 let x = self.unboxed(h, &ty);
-                self.b.def_var(self.locals[*l], x);
+                self.set_local(*l, x);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
@@ -687,7 +698,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             self.b.switch_to_block(body_blk);
             if let Pattern::Some(Some(l)) = &arm.pattern {
-                self.b.def_var(self.locals[*l], v);
+                self.set_local(*l, v);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
@@ -762,7 +773,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 self.check();
                 let ty = self.body.locals[*l].ty.clone();
                 let x = self.unboxed(inner, &ty);
-                self.b.def_var(self.locals[*l], x);
+                self.set_local(*l, x);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
@@ -848,6 +859,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let more = self.b.ins().icmp(IntCC::SignedLessThan, iv, len);
         self.b.ins().brif(more, body_blk, &[], exit, &[]);
         self.b.switch_to_block(body_blk);
+        self.loops.push(BTreeSet::new());
         let iv = self.b.use_var(i);
         let e = self.elem();
         let item = self.callv(HostFn::ItemAtCounted, &[items, iv, e]);
@@ -856,7 +868,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             Binder::One(l) => {
                 let ty = self.body.locals[*l].ty.clone();
                 let x = self.unboxed(item, &ty);
-                self.b.def_var(self.locals[*l], x);
+                self.set_local(*l, x);
             }
             Binder::Pair(a, b) => {
                 for (which, l) in [(0, *a), (1, *b)] {
@@ -865,16 +877,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     self.check();
                     let ty = self.body.locals[l].ty.clone();
                     let x = self.unboxed(part, &ty);
-                    self.b.def_var(self.locals[l], x);
+                    self.set_local(l, x);
                 }
             }
         }
         self.lambdas.push(Lambda::ForEach { cont });
         self.block(body);
         self.lambdas.pop();
+        let assigned = self.loops.pop().unwrap_or_default();
         self.jump(cont, &[]);
         self.b.switch_to_block(cont);
-        self.sweep(floor);
+        self.sweep(floor, &assigned);
         let iv = self.b.use_var(i);
         let next = self.b.ins().iadd_imm_s(iv, 1);
         self.b.def_var(i, next);
@@ -882,11 +895,14 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.b.switch_to_block(exit);
     }
 
-    /// A loop's back edge: keeps what the element's handle-typed locals hold above the
-    /// loop's `floor` and drops the rest of the iteration's values (see `host::Sweep`, which
-    /// says why nothing else can hold such a handle here).
-    fn sweep(&mut self, floor: V) {
-        let handles: Vec<usize> = (0..self.body.locals.len())
+    /// A loop's back edge: keeps what the handle-typed locals the body `assigned` hold above
+    /// the loop's `floor` and drops the rest of the iteration's values (see `host::Sweep`,
+    /// which says why nothing else can hold such a handle here; a local the body does not
+    /// assign still holds what it held when the loop started, below the floor).
+    fn sweep(&mut self, floor: V, assigned: &BTreeSet<usize>) {
+        let handles: Vec<usize> = assigned
+            .iter()
+            .copied()
             .filter(|&l| repr(&self.body.locals[l].ty) == Repr::H)
             .collect();
         let [first, .., last] = handles[..] else {
@@ -973,7 +989,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 self.check();
                 let bty = self.body.locals[*binder].ty.clone();
                 let cur = self.unboxed(begun, &bty);
-                self.b.def_var(self.locals[*binder], cur);
+                self.set_local(*binder, cur);
                 let r = repr(&e.ty);
                 let exit = self.b.create_block();
                 let result = self.b.append_block_param(exit, clif(r));
@@ -1519,6 +1535,7 @@ fn enter_element<'a, M: Module>(fx: &mut Fx<'a, '_, M>, k: usize, e: &'a Element
         fx.b.def_var(fx.locals[m], h);
     }
     fx.lambdas.clear();
+    fx.loops.clear();
 }
 
 /// Blocks taking one message handle each, one per element.
@@ -1574,6 +1591,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             entry_msg,
             exits,
             lambdas: Vec::new(),
+            loops: Vec::new(),
             missing: None,
         }
     }
