@@ -1070,6 +1070,16 @@ pub fn write_bytes_json(
         return Ok(());
     }
     out.truncate(start);
+    // prost-reflect 0.16 reads a map record of any wire type as length-delimited, so it
+    // renders bytes every read refuses (`40 02 08 01` for `weft.test.Maps`: a varint where
+    // the map `seen` is) as a made-up entry. Only a message the whole-message check accepts
+    // goes to it.
+    crate::wire_check::WireCheck::new(desc)
+        .check(bytes)
+        .map_err(|e| WireError::Decode {
+            message: desc.full_name().to_owned(),
+            reason: e.to_string(),
+        })?;
     write_bytes_json_reflect(desc, bytes, out)
 }
 

@@ -1348,6 +1348,26 @@ fn a_map_record_that_is_not_length_delimited_is_refused() {
     assert!(prost_misreads_a_map_record(&root, &nested));
 }
 
+/// JSON agrees with every read on such a record: refused, not rendered as prost-reflect
+/// misreads it (`{"seen": {"1": false}}` for `40 02 08 01`, found by a review).
+#[test]
+fn json_refuses_a_map_record_that_is_not_length_delimited() {
+    let desc = msg("weft.test.Maps");
+    for misread in [&[0x40, 2, 8, 1][..], &[69, 2, 8, 1]] {
+        assert!(wire::read(misread, &resolve_path(&desc, "seen").unwrap()).is_err());
+        let json = wire::bytes_to_json(&desc, misread);
+        assert!(
+            matches!(json, Err(WireError::Decode { .. })),
+            "{misread:?}: {json:?}"
+        );
+    }
+    let entry = [66, 2, 8, 1];
+    assert_eq!(
+        wire::bytes_to_json(&desc, &entry).unwrap(),
+        serde_json::json!({"seen": {"1": false}})
+    );
+}
+
 /// After the check passes, no element's access to any field can fail: every read, size and
 /// write of every path (message payloads included) succeeds.
 fn checked_messages_allow_every_access(desc: &MessageDescriptor, bytes: &[u8]) {
