@@ -27,8 +27,10 @@ pub enum RuntimeError {
     Builtin(#[from] BuiltinError),
     #[error(transparent)]
     State(#[from] StateError),
+    /// The RPC's bytes do not decode where a handler reads or writes them
+    /// (INVALID_ARGUMENT, counted as malformed).
     #[error("malformed message: {0}")]
-    Malformed(#[from] WireError),
+    Malformed(WireError),
     /// A handler ran more `foreach` iterations than its element's limit (`max_iterations`
     /// in the config, [`MAX_ITERATIONS`] by default).
     #[error("more than {max} foreach iterations in one handler (nested loops over large state?)")]
@@ -60,6 +62,20 @@ impl RuntimeError {
         match self {
             RuntimeError::Malformed(_) => Code::InvalidArgument,
             _ => Code::Internal,
+        }
+    }
+}
+
+/// A wire error is about the RPC's bytes, except the two the checker rules out before any
+/// RPC (a value of the wrong kind written to a field, a field path that does not resolve):
+/// should one happen, it is Weft's bug, reported as INTERNAL, not as the caller's bad input.
+impl From<WireError> for RuntimeError {
+    fn from(e: WireError) -> RuntimeError {
+        match e {
+            WireError::WrongValueKind { .. } | WireError::InvalidPath { .. } => {
+                RuntimeError::Type(e.to_string())
+            }
+            e => RuntimeError::Malformed(e),
         }
     }
 }
@@ -254,6 +270,19 @@ pub fn vec_index(items: &[Value], index: &Value) -> Result<Value, RuntimeError> 
 mod tests {
     use super::*;
     use weft_hostcalls::builtins::MAX_VALUE_LEN;
+
+    #[test]
+    fn only_errors_about_the_bytes_are_malformed() {
+        let bytes: RuntimeError = WireError::Truncated { offset: 3 }.into();
+        assert_eq!(bytes.code(), Code::InvalidArgument);
+        let ours: RuntimeError = WireError::InvalidPath {
+            path: "a..b".into(),
+            reason: "empty name".into(),
+        }
+        .into();
+        assert!(matches!(ours, RuntimeError::Type(_)), "{ours:?}");
+        assert_eq!(ours.code(), Code::Internal);
+    }
 
     #[test]
     fn concatenation_is_bounded() {
