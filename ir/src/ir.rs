@@ -238,6 +238,50 @@ pub enum StmtKind {
     Return(Option<Expr>),
 }
 
+impl StmtKind {
+    /// Calls `f` on each expression directly inside this statement, in evaluation order;
+    /// the blocks of `match` arms and `foreach` bodies are not expressions: walkers that need
+    /// them match those statements themselves.
+    pub fn for_each_expr<'a>(&'a self, mut f: impl FnMut(&'a Expr)) {
+        match self {
+            StmtKind::Assign { value, .. }
+            | StmtKind::AssignPair { value, .. }
+            | StmtKind::StateStore { value, .. }
+            | StmtKind::SetField { value, .. }
+            | StmtKind::SetMetadata { value, .. }
+            | StmtKind::Eval(value)
+            | StmtKind::Match {
+                scrutinee: value, ..
+            } => f(value),
+            StmtKind::StateSet { key, value, .. }
+            | StmtKind::LocalSet { key, value, .. }
+            | StmtKind::SetHeader {
+                name: key, value, ..
+            } => {
+                f(key);
+                f(value);
+            }
+            StmtKind::StateDelete { key, .. } | StmtKind::LocalDelete { key, .. } => f(key),
+            StmtKind::ForEach { coll, .. } => {
+                if let Collection::Value(e) = coll {
+                    f(e);
+                }
+            }
+            StmtKind::Send(
+                SendKind::Down(e)
+                | SendKind::Up(e)
+                | SendKind::Reject { message: e, .. }
+                | SendKind::Channel { value: e, .. },
+            ) => f(e),
+            StmtKind::Return(e) => {
+                if let Some(e) = e {
+                    f(e);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Collection {
     State(VarId),

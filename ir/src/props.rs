@@ -316,8 +316,10 @@ impl Analysis<'_> {
             }
             StmtKind::SetField { msg, field, value } => {
                 let t = with_ctrl(self.expr(w, value, ctrl, h));
-                w.props.fields_written.insert(field.text.clone());
-                add_deps(&mut w.props.write_deps, &field.text, &t);
+                for written in written_by(field) {
+                    add_deps(&mut w.props.write_deps, &written, &t);
+                    w.props.fields_written.insert(written);
+                }
                 let _ = msg;
             }
             StmtKind::SetHeader { name, value, .. } => {
@@ -576,6 +578,24 @@ fn note_whole_message(w: &mut HandlerWalk, t: &Taint) {
     if t.contains(&Source::Message) {
         w.props.fields_read.insert("*".into());
     }
+}
+
+/// The fields a write of `field` changes: the field itself, and every other member of a
+/// oneof that the field or one of the messages on its path belongs to, since writing a
+/// member clears its siblings (`wire::write`). Without them the planner moved a reader of
+/// `b` ahead of a writer of `a` in `oneof { a; b }`, and a request the written order let
+/// through was rejected.
+fn written_by(field: &crate::schema::FieldPath) -> Vec<String> {
+    let mut out = vec![field.text.clone()];
+    let mut prefix = String::new();
+    for step in &field.steps {
+        for sibling in &step.oneof_sibling_names {
+            out.push(format!("{prefix}{sibling}"));
+        }
+        prefix.push_str(&step.name);
+        prefix.push('.');
+    }
+    out
 }
 
 fn add_deps(deps: &mut BTreeMap<String, BTreeSet<String>>, target: &str, t: &Taint) {

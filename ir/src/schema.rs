@@ -383,6 +383,9 @@ pub struct FieldStep {
     pub card: Cardinality,
     /// The numbers of the other members of this field's oneof (empty outside a oneof).
     pub oneof_siblings: Vec<u32>,
+    /// Their names, in the same order: writing this field clears them, which the planner
+    /// must count as writing them.
+    pub oneof_sibling_names: Vec<String>,
     /// A proto3 singular scalar without `optional`: its default value is never emitted.
     pub implicit_presence: bool,
     /// What an absent field reads as: the proto2 `[default = ..]`, an enum's first value, or
@@ -782,15 +785,16 @@ fn step_of(
     } else {
         Cardinality::Single
     };
-    let oneof_siblings = field
+    let siblings: Vec<(u32, String)> = field
         .containing_oneof()
         .map(|o| {
             o.fields()
-                .map(|f| f.number())
-                .filter(|n| *n != field.number())
+                .filter(|f| f.number() != field.number())
+                .map(|f| (f.number(), f.name().to_owned()))
                 .collect()
         })
         .unwrap_or_default();
+    let (oneof_siblings, oneof_sibling_names) = siblings.into_iter().unzip();
     let implicit_presence =
         card == Cardinality::Single && kind != ProtoKind::Message && !field.supports_presence();
     let default = match card {
@@ -805,6 +809,7 @@ fn step_of(
         kind,
         card,
         oneof_siblings,
+        oneof_sibling_names,
         implicit_presence,
         default,
     })

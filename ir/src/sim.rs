@@ -406,12 +406,30 @@ impl Executor for Interp {
 /// another replica of the server side). The simulator ends a segment after such an element,
 /// because the next server-side element's instance depends on the header it sets.
 pub fn sets_headers(e: &Element) -> bool {
-    fn block(b: &[crate::ir::Stmt]) -> bool {
-        b.iter().any(|s| match &s.kind {
-            crate::ir::StmtKind::SetHeader { .. } => true,
-            crate::ir::StmtKind::Match { arms, .. } => arms.iter().any(|a| block(&a.body)),
-            crate::ir::StmtKind::ForEach { body, .. } => block(body),
-            _ => false,
+    use crate::ir::{Expr, ExprKind, Stmt, StmtKind};
+    // Every block counts, the bodies of read-modify-write lambdas inside expressions too:
+    // missing one made the simulator keep the segment's first replica for an element the
+    // checker routes by the header (found by a review).
+    fn expr(x: &Expr) -> bool {
+        if let ExprKind::StateRmw { body, .. } = &x.kind
+            && block(body)
+        {
+            return true;
+        }
+        let mut found = false;
+        x.for_each_operand(|o| found = found || expr(o));
+        found
+    }
+    fn block(b: &[Stmt]) -> bool {
+        b.iter().any(|s| {
+            let mut found = match &s.kind {
+                StmtKind::SetHeader { .. } => true,
+                StmtKind::Match { arms, .. } => arms.iter().any(|a| block(&a.body)),
+                StmtKind::ForEach { body, .. } => block(body),
+                _ => false,
+            };
+            s.kind.for_each_expr(|x| found = found || expr(x));
+            found
         })
     }
     block(&e.req.block)

@@ -677,6 +677,7 @@ fn entry_step(map: &FieldStep, part: &str, number: u32, kind: ProtoKind) -> Fiel
         kind,
         card: Cardinality::Single,
         oneof_siblings: Vec::new(),
+        oneof_sibling_names: Vec::new(),
         implicit_presence: false,
         default: kind.zero_value(),
     }

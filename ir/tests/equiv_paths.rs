@@ -241,3 +241,33 @@ fn a_loop_may_fail_so_an_element_after_it_may_not_see_the_request() {
     assert!(!v.equivalent, "{}", v.reason);
     assert!(v.reason.contains("`tagpairs`"), "{}", v.reason);
 }
+
+/// `mutation` writing `field` and `firewall` reading `read` of ir/tests/protos/oneof.proto,
+/// checked in the order firewall, mutation.
+fn firewall_first_on_oneof(field: &str, read: &str) -> Verdict {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "protos: [{}]\nelement_paths: [{}]\nedges:\n  e:\n    from: frontend\n    to: backend\n    method: oneof.S/Call\n    consistency: weak\n    any:\n      - mutation: {{field: {field}, prefix: 'x-'}}\n      - firewall: {{field: {read}, deny: [bad]}}\n",
+        root.join("tests/protos/oneof.proto").display(),
+        root.join("../elements").display(),
+    );
+    let cfg = weft_ir::config::Config::parse("weft.yaml", root, &text).unwrap();
+    let edge = weft_ir::load::load_edge(&cfg, "e").unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    check(&mut c, &["firewall", "mutation"], &[], Observation::Weak)
+}
+
+/// Writing a member of a oneof clears the others, so it writes them too: with `mutation`
+/// setting `a` first, `firewall` sees `b` empty and lets `{b: bad}` through; moved ahead, it
+/// refuses it. The checker called that order equivalent, and the planner picked it (a
+/// review found it). The same holds one message down, for a oneof inside `inner`, and a
+/// field outside the oneof still commutes.
+#[test]
+fn writing_a_oneof_member_writes_its_siblings() {
+    for (field, read) in [("a", "b"), ("inner.x", "inner.y")] {
+        let v = firewall_first_on_oneof(field, read);
+        assert!(!v.equivalent, "{field} then {read}: {}", v.reason);
+    }
+    let v = firewall_first_on_oneof("a", "user");
+    assert!(v.equivalent, "{}", v.reason);
+}

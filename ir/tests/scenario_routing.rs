@@ -539,3 +539,16 @@ fn prequal_without_replicas_is_unavailable() {
         "prequal: no replicas",
     );
 }
+
+/// A `dst` set inside a read-modify-write lambda routes as one set anywhere else: the
+/// server-side element after it runs on the replica it names. The simulator looked for
+/// header writes only in `match` and `foreach` bodies, kept the segment's first replica
+/// for the next element, and so disagreed with the checker (found by a review).
+#[test]
+fn a_route_set_inside_a_read_modify_write_picks_the_next_elements_replica() {
+    let sc = Scenario::new("server:\n  - rmwroute\n  - local_counter");
+    let report = sc.run([rpc(1, 1.0).user("b"), rpc(2, 2.0).user("a")]);
+    assert_eq!(report.results[1].dst.as_deref(), Some("svc-1"));
+    assert_eq!(state_int(&report, "local_counter@svc", "count"), 1);
+    assert_eq!(state_int(&report, "local_counter@svc-1", "count"), 1);
+}
