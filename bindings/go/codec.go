@@ -154,10 +154,14 @@ func contiguous(s mem.BufferSlice) ([]byte, mem.Buffer) {
 // byteStash holds the received bytes of unary server requests from the codec to the
 // interceptor. A request whose interceptor never runs (another interceptor failed the call
 // first, or the codec is installed without Weft's interceptor) would stay here, so a shard
-// that reaches its bound drops the bytes of the requests that decoded; their interceptors,
-// if they run, marshal the message themselves. A request that did not decode is never
-// dropped, since without its entry the interceptor could not tell it from a good one: when
-// such entries alone fill a shard, put refuses the new one.
+// that reaches its bound of entries or of bytes drops the requests that decoded (their
+// interceptors, if they run, marshal the message themselves) and the bytes of those that
+// did not. Such a request keeps its entry, since without it the interceptor could not tell
+// it from a good one, but not its bytes: its interceptor, if it runs, refuses it before
+// the chain (INVALID_ARGUMENT, as always for a request that did not decode). Before, each
+// kept its buffer for the life of the process: 300 malformed 1 MiB requests refused by an
+// auth interceptor outside Weft's held 300 MiB. When entries that did not decode alone fill
+// a shard, put refuses the new one.
 type stashed struct {
 	buf mem.BufferSlice
 	err error // the request did not decode
@@ -179,12 +183,18 @@ type byteStash struct {
 }
 
 type stashShard struct {
-	mu sync.Mutex
-	m  map[unsafe.Pointer]stashed
-	_  [40]byte // keep shards on separate cache lines
+	mu    sync.Mutex
+	m     map[unsafe.Pointer]stashed
+	bytes int      // what the entries' buffers hold
+	_     [32]byte // keep shards on separate cache lines
 }
 
-const stashBound = 4096
+// stashBound and stashShardBytes bound one shard (16 of them): entries, and bytes, which
+// is one request of grpc-go's default maximum size.
+const (
+	stashBound      = 4096
+	stashShardBytes = 4 << 20
+)
 
 var requestBytes byteStash
 
@@ -209,16 +219,20 @@ func (s *byteStash) put(m proto.Message, b stashed) bool {
 	}
 	if old, ok := sh.m[k]; ok {
 		// m's address is reused: its earlier request is over.
+		sh.bytes -= old.buf.Len()
 		old.buf.Free()
 		delete(sh.m, k)
 		s.held.Add(-1)
 	}
-	if len(sh.m) >= stashBound {
+	if len(sh.m) >= stashBound || sh.bytes+b.buf.Len() > stashShardBytes {
 		for key, old := range sh.m {
+			sh.bytes -= old.buf.Len()
+			old.buf.Free()
 			if old.err == nil {
-				old.buf.Free()
 				delete(sh.m, key)
 				s.held.Add(-1)
+			} else {
+				sh.m[key] = stashed{err: old.err}
 			}
 		}
 		if len(sh.m) >= stashBound {
@@ -226,6 +240,7 @@ func (s *byteStash) put(m proto.Message, b stashed) bool {
 		}
 	}
 	s.held.Add(1)
+	sh.bytes += b.buf.Len()
 	sh.m[k] = b
 	return true
 }
@@ -242,6 +257,7 @@ func (s *byteStash) take(m proto.Message) (stashed, bool) {
 	b, ok := sh.m[k]
 	if ok {
 		delete(sh.m, k)
+		sh.bytes -= b.buf.Len()
 		s.held.Add(-1)
 	}
 	sh.mu.Unlock()

@@ -176,3 +176,75 @@ func TestStreamLocalReplyCarriesItsHeaders(t *testing.T) {
 		})
 	}
 }
+
+// panickingEcho panics in its handlers, after reading the stream's first message.
+type panickingEcho struct {
+	echopb.UnimplementedEchoServer
+}
+
+func (panickingEcho) Say(context.Context, *echopb.SayRequest) (*echopb.SayReply, error) {
+	panic("boom")
+}
+
+func (panickingEcho) SayStream(s echopb.Echo_SayStreamServer) error {
+	if _, err := s.Recv(); err != nil {
+		return err
+	}
+	panic("boom")
+}
+
+// recovered turns a handler's panic into INTERNAL, as a recovery interceptor does; grpc-go
+// runs interceptors given with grpc.UnaryInterceptor outside those it chains.
+func recoveredUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func recoveredStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return h(srv, ss)
+}
+
+// A handler that panics under a recovery interceptor still ends its RPC in the chain:
+// before, its handle waited for good (WaitingRPCs grew by one per panic, and elements that
+// count requests in flight never counted it down). Found by a review.
+func TestAHandlerThatPanicsStillEndsItsRPC(t *testing.T) {
+	srt := open(t, edge("echo.Echo/*", "    server:\n      - metrics\n"), "echo")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(append(srt.ServerOptions(),
+		grpc.UnaryInterceptor(recoveredUnary), grpc.StreamInterceptor(recoveredStream))...)
+	echopb.RegisterEchoServer(srv, panickingEcho{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c := dial(t, lis.Addr().String())
+	for i := 0; i < 3; i++ {
+		_, err := c.Say(ctx(t), &echopb.SayRequest{Body: "x"})
+		wantCode(t, err, codes.Internal, "panic")
+	}
+	for i := 0; i < 3; i++ {
+		st, err := c.SayStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&echopb.SayRequest{Body: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv()
+		wantCode(t, err, codes.Internal, "panic")
+	}
+	// The server's interceptor has returned once the client has the status.
+	if n := srt.WaitingRPCs(); n != 0 {
+		t.Errorf("%d RPCs still waiting after 6 panicking handlers, want 0", n)
+	}
+}

@@ -45,6 +45,10 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 	s := getCall()
 	defer putCall(s)
 	in, codec := requestBytes.take(reqMsg)
+	if in.err != nil && in.buf == nil {
+		// A request that did not decode whose bytes the stash let go (see byteStash).
+		return nil, r.badRequest(info.FullMethod, in.err)
+	}
 	mi := r.methodInfo(info.FullMethod)
 	ks := r.serverKeys(mi, false)
 	if ks != nil && ks.fetchedAt != atomic.LoadUint64(r.version) {
@@ -161,7 +165,19 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 		}
 	}
 
+	returned := false
+	if rpc != 0 {
+		// A handler that panics (for a recovery interceptor outside Weft's to catch) still
+		// ends its RPC here: its handle would otherwise wait for good, and elements that
+		// count requests in flight would never count it down. The panic goes on.
+		defer func() {
+			if !returned {
+				r.endRPC(sideServer, m, rpc, errHandlerPanicked, nil)
+			}
+		}()
+	}
 	resp, err := handler(ctx, req)
+	returned = true
 	if rpc == 0 {
 		return resp, err
 	}
@@ -171,6 +187,10 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 	end := func(err error) { r.endRPC(sideServer, m, rpc, err, nil) }
 	return r.serverResponse(ctx, s, info, ks, rec, codec, resp, err, respond, end)
 }
+
+// errHandlerPanicked is the status the chain's response path sees for an RPC whose handler
+// panicked instead of returning.
+var errHandlerPanicked = status.Error(codes.Internal, "weft: the handler panicked")
 
 // errCannotDefer: the version the RPC runs in cannot wait with its request path after all
 // (a reload since the method's keys were fetched); nothing has run.
@@ -428,7 +448,19 @@ func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 		// the stream's context ends: the replies it waits on will never go out.
 		stopWatch := context.AfterFunc(ss.Context(), w.pending.stop)
 		defer stopWatch()
+		returned := false
+		// As for a unary handler: the requests still waiting when the handler panics end
+		// with INTERNAL, and the panic goes on.
+		defer func() {
+			if !returned {
+				w.ended.Store(true)
+				for _, rpc := range w.pending.closeAndDrain() {
+					r.endRPC(sideServer, w.m, rpc, errHandlerPanicked, nil)
+				}
+			}
+		}()
 		err := handler(srv, w)
+		returned = true
 		// A goroutine the handler left behind inside SendMsg (held up by flow control) is
 		// not waited for: grpc-go ends the stream under it once the status is written, as
 		// it would without Weft. The end then goes on without the send lock, and drops
