@@ -65,6 +65,11 @@ func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any
 	case verdictReject:
 		return rejection(s)
 	case verdictReply:
+		// grpc-go fails a call whose context has already ended before anything is sent; a
+		// local reply does not turn that into a success.
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
 		// The reply's own headers (a cached response's), as a server's would arrive.
 		showMetadata(s, opts)
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's local reply")

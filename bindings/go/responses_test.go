@@ -248,3 +248,24 @@ func TestAHandlerThatPanicsStillEndsItsRPC(t *testing.T) {
 		t.Errorf("%d RPCs still waiting after 6 panicking handlers, want 0", n)
 	}
 }
+
+// A call whose context has already ended fails as grpc-go fails it, even when the client's
+// chain would answer it locally (a cache hit): DEADLINE_EXCEEDED or CANCELLED, not the
+// cached reply.
+func TestALocalReplyDoesNotOutliveTheCallersContext(t *testing.T) {
+	c, srv := mesh(t, edge("echo.Echo/Say", "    client:\n      - cache: {field: body}\n"))
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err := c.Say(expired, &echopb.SayRequest{User: "bob", Body: "hello"})
+	wantCode(t, err, codes.DeadlineExceeded, "")
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, err = c.Say(cancelled, &echopb.SayRequest{User: "bob", Body: "hello"})
+	wantCode(t, err, codes.Canceled, "")
+	if n := srv.calls.Load(); n != 1 {
+		t.Fatalf("the server saw %d calls, want 1", n)
+	}
+}
