@@ -292,7 +292,7 @@ pub fn allowed(
                 }
                 None if needs.routes && canonical_sides[k] == Side::Client => {
                     reasons.push(
-                        "it routes requests (writes `dst`), which only the client side can do: the server side runs on the replica a request already reached"
+                        "it routes requests (writes `dst`, or a header whose name is computed at run time), which only the client side can do: the server side runs on the replica a request already reached"
                             .into(),
                     );
                     vec![Side::Client]

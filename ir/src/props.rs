@@ -334,7 +334,9 @@ impl Analysis<'_> {
                     }
                     _ => "header:*".into(),
                 };
-                if label == "header:dst" {
+                // A name computed at run time may be `dst` too: placing such an element on the
+                // server side would stop a route it sets (found by a review).
+                if label == "header:dst" || label == "header:*" {
                     w.props.routes = true;
                 }
                 w.props.fields_written.insert(label.clone());

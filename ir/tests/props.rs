@@ -877,3 +877,22 @@ fn randomness_that_only_shapes_a_field_is_no_drop() {
     );
     assert!(p.uses_random);
 }
+
+/// A header named at run time may be `dst`, so writing one counts as routing (the planner
+/// keeps such an element on the client side); a literal name other than `dst` does not.
+#[test]
+fn a_header_named_at_run_time_may_route() {
+    let src = |name: &str| {
+        format!(
+            "state:\n    pass\n\ninit():\n    pass\n\nreq(rpc):\n    set_rpc_header(rpc, {name}, 'v')\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+        )
+    };
+    for (name, routes) in [
+        ("get(rpc, 'user')", true),
+        ("'dst'", true),
+        ("'x-tag'", false),
+    ] {
+        let p = props_of("h", &src(name), &[]);
+        assert_eq!(p.req.routes, routes, "set_rpc_header(rpc, {name}, ..)");
+    }
+}
