@@ -48,7 +48,8 @@ pub struct Gen {
 }
 
 /// Element kinds the generator draws from: the standard library plus the test elements in
-/// ir/tests/elements (shared strong and weak state, response-path rewriting).
+/// ir/tests/elements (shared strong and weak state, response-path rewriting, a route set
+/// inside a read-modify-write lambda).
 pub const KINDS: &[&str] = &[
     "logging",
     "metrics",
@@ -75,6 +76,7 @@ pub const KINDS: &[&str] = &[
     "fallback",
     "dynheader",
     "headerguard",
+    "rmwroute_echo",
 ];
 
 pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
