@@ -431,14 +431,15 @@ pub enum HostFn {
     /// floor of the loop's sweeps.
     ArenaLen = 73,
     /// A `foreach`'s back edge: `(floor, h)` starts reclaiming the iteration's values above
-    /// the floor and keeps the first handle-typed local's value; returns its new handle.
+    /// the floor and keeps the value of the first handle-typed local the loop body assigns;
+    /// returns its new handle.
     SweepBegin = 74,
     /// Keeps one more handle-typed local's value; returns its new handle.
     SweepKeep = 75,
     /// Keeps the last handle-typed local's value and drops every value above the kept ones.
     SweepEnd = 76,
-    /// [`HostFn::SweepBegin`] and [`HostFn::SweepEnd`] in one call, for an element with one
-    /// handle-typed local (or none: `h` is then unit).
+    /// [`HostFn::SweepBegin`] and [`HostFn::SweepEnd`] in one call, for a loop whose body
+    /// assigns one handle-typed local (or none: `h` is then unit).
     SweepOnly = 77,
 }
 

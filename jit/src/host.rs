@@ -139,13 +139,16 @@ pub struct Frame<'a, 'i, 'h> {
 /// one, so one RPC's memory grew with the square of its repeated field (400 MB for 2 000
 /// items of 100 bytes, where the interpreter peaked at 1.5 MB). At the back edge the only
 /// handles at or above the loop's floor (the arena's length when the loop started, after
-/// its collection) that can still be used are in the element's handle-typed locals: the
-/// collection and everything an enclosing expression holds were made before the floor,
-/// and `foreach` is a statement, so no temporary of the body lives across the edge. Compiled
-/// code passes each such local through the sweep calls (`SweepBegin`, `SweepKeep`,
-/// `SweepEnd`, or `SweepOnly` for one), which move its value down to the next free slot
-/// from the floor and return its new handle; the last call drops everything above.
-/// The arena stays at the floor plus the live locals, whatever the number of iterations.
+/// its collection) that can still be used are in the handle-typed locals the loop body
+/// assigns: any other local holds what it held before the loop, the collection and
+/// everything an enclosing expression holds were made before the floor, and `foreach` is a
+/// statement, so no temporary of the body lives across the edge. Compiled code passes each
+/// such local through the sweep calls (`SweepBegin`, `SweepKeep`, `SweepEnd`, or
+/// `SweepOnly` for one), which move its value down to the next free slot from the floor
+/// (by a swap) and return its new handle; the last call drops everything above. The arena
+/// stays at the floor plus the kept locals, whatever the number of iterations. (Taking the
+/// kept values aside and putting them back after the truncation is simpler, but it moves
+/// each twice: 2–4 % slower on the loops of bench/loops.)
 #[derive(Debug, Default)]
 pub struct Sweep {
     floor: u64,
@@ -193,6 +196,11 @@ impl Sweep {
         }
         self.placed.push((h, to));
         to
+    }
+
+    /// Drops every value above the kept ones.
+    fn end(&mut self, arena: &mut Vec<Value>) {
+        arena.truncate(usize::try_from(self.next).unwrap_or(usize::MAX));
     }
 
     /// Where a handle as the sweep began is after it: its new slot if it was kept, `None`
@@ -950,8 +958,7 @@ fn sweep_end(f: &mut Frame<'_, '_, '_>) {
     // The extraction is a cache of one message's fields: it follows the message, or is
     // dropped with it.
     f.extracted.msg = sweep.moved(f.extracted.msg).unwrap_or(UNIT);
-    let keep = usize::try_from(sweep.next).unwrap_or(usize::MAX);
-    f.arena.truncate(keep);
+    f.sweep.end(f.arena);
 }
 
 /// Item `i` of a `foreach` of element `elem`, counted as one more iteration of its handler.
@@ -1620,6 +1627,32 @@ pub const ALL: &[HostFn] = &{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kept values move down to the floor in the order they are kept; a handle two locals
+    /// share moves once; handles below the floor, past the arena and unit stay; the rest of
+    /// the slots above the floor go.
+    #[test]
+    fn a_sweep_keeps_what_the_locals_hold_and_drops_the_rest() {
+        let mut arena: Vec<Value> = (0..8).map(Value::Int).collect();
+        let mut sweep = Sweep::default();
+        sweep.begin(3);
+        let kept: Vec<u64> = [6, 1, 6, 4, UNIT, 9]
+            .into_iter()
+            .map(|h| sweep.keep(&mut arena, h))
+            .collect();
+        assert_eq!(kept, [3, 1, 3, 4, UNIT, 9]);
+        assert_eq!(
+            [5, 6, 4, 1, UNIT].map(|h| sweep.moved(h)),
+            [None, Some(3), Some(4), Some(1), Some(UNIT)]
+        );
+        sweep.end(&mut arena);
+        assert_eq!(arena, [0, 1, 2, 6, 4].map(Value::Int));
+        // The next sweep starts afresh.
+        sweep.begin(3);
+        assert_eq!(sweep.keep(&mut arena, 4), 3);
+        sweep.end(&mut arena);
+        assert_eq!(arena, [0, 1, 2, 4].map(Value::Int));
+    }
 
     #[test]
     fn every_host_function_id_is_listed_once() {
