@@ -510,5 +510,9 @@ func libraryCounters(h *C.WeftRuntime) Counters {
 	if C.weft_counters(h, &c) != rcOK {
 		return Counters{}
 	}
-	return Counters{MalformedRPCs: uint64(c.malformed), ElementErrors: uint64(c.element_errors)}
+	return Counters{
+		MalformedRPCs:    uint64(c.malformed),
+		ElementErrors:    uint64(c.element_errors),
+		IterationLimited: uint64(c.iteration_limited),
+	}
 }

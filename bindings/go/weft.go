@@ -80,6 +80,10 @@ type Counters struct {
 	// ElementErrors: RPCs rejected with INTERNAL because an element's handler failed at
 	// run time (integer division by zero, an index out of range, ...).
 	ElementErrors uint64
+	// IterationLimited: of ElementErrors, the RPCs where a handler made more foreach
+	// iterations than its element's max_iterations (a limit set too low for the state the
+	// element holds, rather than a failing element).
+	IterationLimited uint64
 }
 
 // Counters returns the Runtime's counters. After Close the library's part keeps its value

@@ -432,6 +432,39 @@ func TestElementErrorsAreCounted(t *testing.T) {
 	}
 }
 
+// An RPC whose handler passes its element's max_iterations is an element error counted
+// apart as well, so an operator can tell a limit set too low from an element that fails.
+func TestIterationLimitRejectionsAreCountedApart(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "elements"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	count := "state:\n    tags: int\n\ninit():\n    pass\n\nreq(rpc):\n    foreach(get(rpc, 'tags'), lambda(t):\n        tags = tags + 1\n    )\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+	if err := os.WriteFile(filepath.Join(dir, "elements", "tagcount.weft"), []byte(count), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - element: tagcount\n        max_iterations: 2\n"
+	rt, err := weft.OpenYAML(yaml, dir, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	srv, addr := serve(t, "echo-0", rt.ServerOptions()...)
+	c := dial(t, addr)
+	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Tags: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Tags: []string{"a", "b", "c"}})
+	wantCode(t, err, codes.Internal, "")
+	if n := srv.calls.Load(); n != 1 {
+		t.Fatalf("the handler saw %d calls, want 1", n)
+	}
+	want := weft.Counters{ElementErrors: 1, IterationLimited: 1}
+	if got := rt.Counters(); got != want {
+		t.Fatalf("counters: %+v, want %+v", got, want)
+	}
+}
+
 // A server chain that reads no message (metrics) is passed none; one that does (a firewall)
 // gets the request's bytes on its first call, before the codec has learnt to keep them, and
 // on every later one.

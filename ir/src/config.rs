@@ -613,6 +613,15 @@ impl Parser {
                         Some("the most `foreach` iterations one handler run may make (default 1000000)"),
                     )
                 })?;
+                if n > crate::eval::MAX_ITERATIONS_CEILING {
+                    return Err(self.err(
+                        format!(
+                            "{ctx_el}: `max_iterations` is at most {}",
+                            crate::eval::MAX_ITERATIONS_CEILING
+                        ),
+                        Some("a billion iterations hold a thread for about a minute; bound the element's collections instead"),
+                    ));
+                }
                 use_.max_iterations = Some(n);
             }
             if let Some(s) = m.get("state") {

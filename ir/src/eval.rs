@@ -47,6 +47,10 @@ pub enum RuntimeError {
 /// its thread for minutes. A million iterations take tens of milliseconds interpreted.
 pub const MAX_ITERATIONS: u64 = 1_000_000;
 
+/// The highest `max_iterations` a config may set: a billion iterations already hold a
+/// thread for about a minute interpreted, and a limit much above it bounds nothing.
+pub const MAX_ITERATIONS_CEILING: u64 = 1_000_000_000;
+
 /// One more `foreach` iteration of a handler run that has made `*done` so far, against the
 /// element instance's limit `max` ([`MAX_ITERATIONS`] unless its config sets another).
 pub fn count_iteration(done: &mut u64, max: u64) -> Result<(), RuntimeError> {

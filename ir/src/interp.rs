@@ -35,6 +35,9 @@ pub struct Instance {
     pub errors: u64,
     /// RPCs rejected because their bytes did not parse.
     pub malformed: u64,
+    /// Of `errors`, those where a handler passed its iteration limit (`max_iterations`):
+    /// apart, so an operator can tell a limit set too low from a failing element.
+    pub iteration_limited: u64,
     /// Per-RPC scratch (`set_metadata`), from an RPC's request to its response.
     scratch: Scratch,
     /// The most `foreach` iterations one handler run may make (`max_iterations` in the
@@ -119,6 +122,7 @@ impl Instance {
             rng,
             errors: 0,
             malformed: 0,
+            iteration_limited: 0,
             scratch: Scratch::default(),
             max_iterations: crate::eval::MAX_ITERATIONS,
             block: None,
@@ -323,6 +327,10 @@ pub fn on_response(
 fn count(inst: &mut Instance, err: &RuntimeError) {
     match err {
         RuntimeError::Malformed(_) => inst.malformed += 1,
+        RuntimeError::TooManyIterations { .. } => {
+            inst.errors += 1;
+            inst.iteration_limited += 1;
+        }
         _ => inst.errors += 1,
     }
 }

@@ -86,4 +86,16 @@ fn an_elements_iteration_limit_comes_from_its_config() {
             "{bad}: {err}"
         );
     }
+    // A limit so high it no longer bounds anything is refused, naming the ceiling.
+    let ceiling = weft_ir::eval::MAX_ITERATIONS_CEILING;
+    let yaml = chain(&format!("        max_iterations: {}\n", ceiling + 1));
+    let err = Config::parse("weft.yaml", &dir, &yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`max_iterations` is at most 1000000000"),
+        "{err}"
+    );
+    let yaml = chain(&format!("        max_iterations: {ceiling}\n"));
+    assert!(Config::parse("weft.yaml", &dir, &yaml).is_ok());
 }

@@ -341,12 +341,14 @@ pub fn compare_program(
 /// state and channel records.
 fn same_worlds(a: &mut World, b: &mut World) -> Result<(), String> {
     for (x, y) in a.instances.iter_mut().zip(b.instances.iter_mut()) {
-        if (x.errors, x.malformed, x.in_flight()) != (y.errors, y.malformed, y.in_flight()) {
+        let counters = |i: &Instance| (i.errors, i.iteration_limited, i.malformed, i.in_flight());
+        if counters(x) != counters(y) {
             return Err(format!(
-                "{}: counters (errors, malformed, in flight) differ: interp {:?}, jit {:?}",
+                "{}: counters (errors, iteration-limited, malformed, in flight) differ: \
+                 interp {:?}, jit {:?}",
                 x.name,
-                (x.errors, x.malformed, x.in_flight()),
-                (y.errors, y.malformed, y.in_flight())
+                counters(x),
+                counters(y)
             ));
         }
         let (sx, sy) = (x.store.snapshot(), y.store.snapshot());

@@ -113,6 +113,8 @@ typedef struct WeftCounters {
   uint64_t malformed;
   // RPCs rejected with INTERNAL because an element's handler failed at run time.
   uint64_t element_errors;
+  // Of `element_errors`, those that passed an element's `max_iterations`.
+  uint64_t iteration_limited;
 } WeftCounters;
 
 #ifdef __cplusplus

@@ -393,6 +393,18 @@ pub struct RpcCounters {
     /// RPCs rejected with INTERNAL because an element's handler failed at run time (division
     /// by zero, an index out of range, …).
     pub element_errors: u64,
+    /// Of `element_errors`, those where a handler made more `foreach` iterations than its
+    /// element's `max_iterations`: a limit set too low for the state an element holds shows
+    /// here, apart from elements that fail.
+    pub iteration_limited: u64,
+}
+
+impl std::ops::AddAssign for RpcCounters {
+    fn add_assign(&mut self, other: RpcCounters) {
+        self.malformed += other.malformed;
+        self.element_errors += other.element_errors;
+        self.iteration_limited += other.iteration_limited;
+    }
 }
 
 pub(crate) struct Inner {
@@ -1038,11 +1050,7 @@ impl Inner {
             .install_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (malformed, element_errors) = self.counters.rejected();
-        RpcCounters {
-            malformed,
-            element_errors,
-        }
+        self.counters.rejected()
     }
 
     pub(crate) fn record_watch_result(&self, result: Result<Reloaded, EngineError>) {

@@ -90,6 +90,8 @@ pub struct WeftCounters {
     pub malformed: u64,
     /// RPCs rejected with INTERNAL because an element's handler failed at run time.
     pub element_errors: u64,
+    /// Of `element_errors`, those that passed an element's `max_iterations`.
+    pub iteration_limited: u64,
 }
 
 /// One call of `weft_request` / `weft_response`: inputs, then outputs.
@@ -959,6 +961,7 @@ pub unsafe extern "C" fn weft_counters(rt: *const WeftRuntime, out: *mut WeftCou
             out.write(WeftCounters {
                 malformed: c.malformed,
                 element_errors: c.element_errors,
+                iteration_limited: c.iteration_limited,
             });
         }
         Ok(WEFT_OK)

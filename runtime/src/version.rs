@@ -28,7 +28,7 @@ use weft_ir::sim::{var_specs, write_state};
 use weft_ir::wire_check::WireCheck;
 use weft_jit::{Compiled, Fusion, block_store, compile};
 
-use crate::engine::{ROUTE_HEADER, VERSION_HEADER};
+use crate::engine::{ROUTE_HEADER, RpcCounters, VERSION_HEADER};
 use crate::error::EngineError;
 use crate::placement::{in_process_layout, side_elements};
 use crate::watch;
@@ -127,6 +127,7 @@ pub struct VersionCounters {
     /// a later version took over passes its counts on instead ([`copy_state`]).
     retired_malformed: AtomicU64,
     retired_errors: AtomicU64,
+    retired_iteration_limited: AtomicU64,
     /// Messages a segment's whole-message check refused before its first element
     /// ([`message_checks`]); no instance saw them.
     pub(crate) refused_malformed: AtomicU64,
@@ -152,7 +153,7 @@ impl VersionCounters {
     /// by every live instance whose state no later version took over (a taken-over
     /// instance's counts went with its state). Call it with installs excluded: during one,
     /// counts are being copied to the next version.
-    pub(crate) fn rejected(&self) -> (u64, u64) {
+    pub(crate) fn rejected(&self) -> RpcCounters {
         // The states are held while they are summed, so none is dropped (retiring its
         // counts) between reading the retired counts and summing it: nothing counted twice.
         let (alive, mut counts) = loop {
@@ -164,11 +165,12 @@ impl VersionCounters {
             let upgraded: Vec<Option<Arc<SegmentState>>> =
                 states.iter().map(Weak::upgrade).collect();
             if upgraded.iter().all(Option::is_some) {
-                let retired = (
-                    self.retired_malformed.load(Ordering::Relaxed)
+                let retired = RpcCounters {
+                    malformed: self.retired_malformed.load(Ordering::Relaxed)
                         + self.refused_malformed.load(Ordering::Relaxed),
-                    self.retired_errors.load(Ordering::Relaxed),
-                );
+                    element_errors: self.retired_errors.load(Ordering::Relaxed),
+                    iteration_limited: self.retired_iteration_limited.load(Ordering::Relaxed),
+                };
                 break (upgraded.into_iter().flatten().collect::<Vec<_>>(), retired);
             }
             // A state is being dropped: its counts are neither readable nor retired yet.
@@ -180,9 +182,7 @@ impl VersionCounters {
             std::thread::yield_now();
         };
         for state in &alive {
-            let (malformed, errors) = kept_counts(&state.instances(), state.successor.get());
-            counts.0 += malformed;
-            counts.1 += errors;
+            counts += kept_counts(&state.instances(), state.successor.get());
         }
         counts
     }
@@ -258,7 +258,7 @@ impl Drop for SegmentState {
             .instances
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let (malformed, errors) = kept_counts(instances, self.successor.get());
+        let kept = kept_counts(instances, self.successor.get());
         let this: *const SegmentState = self;
         // Retired and unlisted under the list's lock, as one step for a sum ([`Segments`]).
         let mut states = counters
@@ -268,8 +268,13 @@ impl Drop for SegmentState {
             .unwrap_or_else(PoisonError::into_inner);
         counters
             .retired_malformed
-            .fetch_add(malformed, Ordering::Relaxed);
-        counters.retired_errors.fetch_add(errors, Ordering::Relaxed);
+            .fetch_add(kept.malformed, Ordering::Relaxed);
+        counters
+            .retired_errors
+            .fetch_add(kept.element_errors, Ordering::Relaxed);
+        counters
+            .retired_iteration_limited
+            .fetch_add(kept.iteration_limited, Ordering::Relaxed);
         // Only compared, never dereferenced: the list's weak reference keeps the address.
         states.retain(|s| !std::ptr::eq(s.as_ptr(), this));
     }
@@ -277,15 +282,20 @@ impl Drop for SegmentState {
 
 /// The malformed messages and run-time errors counted by those of `instances` whose state
 /// no later version took over (a taken-over instance's counts went with its state).
-fn kept_counts(instances: &[Instance], successor: Option<&Successor>) -> (u64, u64) {
+fn kept_counts(instances: &[Instance], successor: Option<&Successor>) -> RpcCounters {
     let taken_over =
         |i: usize| successor.is_some_and(|s| s.instance.get(i).copied().flatten().is_some());
     instances
         .iter()
         .enumerate()
         .filter(|&(i, _)| !taken_over(i))
-        .fold((0, 0), |(m, e), (_, inst)| {
-            (m + inst.malformed, e + inst.errors)
+        .fold(RpcCounters::default(), |mut sum, (_, inst)| {
+            sum += RpcCounters {
+                malformed: inst.malformed,
+                element_errors: inst.errors,
+                iteration_limited: inst.iteration_limited,
+            };
+            sum
         })
 }
 
@@ -1257,6 +1267,7 @@ fn copy_state(
     }
     to.errors = from.errors;
     to.malformed = from.malformed;
+    to.iteration_limited = from.iteration_limited;
     Ok(())
 }
 

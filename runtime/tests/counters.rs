@@ -88,6 +88,7 @@ fn counts(malformed: u64, element_errors: u64) -> RpcCounters {
     RpcCounters {
         malformed,
         element_errors,
+        iteration_limited: 0,
     }
 }
 
@@ -280,4 +281,18 @@ fn an_elements_configured_iteration_limit_holds_in_the_runtime() {
     assert_eq!(rejected(&engine, &with_tags(3)), Some(Code::Internal));
     let counts = engine.rpc_counters();
     assert_eq!(counts.element_errors, 1, "counted against the element");
+    assert_eq!(
+        counts.iteration_limited, 1,
+        "and as a limit the element passed"
+    );
+
+    // Raising the limit keeps the element, and its counts go with it.
+    let raised = config(&["element: tagpairs\n        max_iterations: 100"]);
+    engine.reload_yaml(&raised, dir.path()).unwrap();
+    assert_eq!(rejected(&engine, &with_tags(3)), None);
+    assert_eq!(engine.rpc_counters(), counts);
+    // Replacing it retires them with its instance.
+    let other = config(&["element: tagpairs\n        name: other"]);
+    engine.reload_yaml(&other, dir.path()).unwrap();
+    assert_eq!(engine.rpc_counters(), counts);
 }

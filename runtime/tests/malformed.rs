@@ -39,6 +39,7 @@ fn malformed(n: u64) -> RpcCounters {
     RpcCounters {
         malformed: n,
         element_errors: 0,
+        iteration_limited: 0,
     }
 }
 
