@@ -755,6 +755,83 @@ fn a_local_first_assigned_in_an_arm_never_taken_gets_its_type_from_the_live_code
     assert_eq!(e.metadata, [("u".to_owned(), Type::Float)]);
 }
 
+#[test]
+fn a_type_from_an_arm_never_taken_does_not_reach_live_code() {
+    // A review's programs: each passed the checker and then failed at run time ("internal
+    // type error"), or sent one RPC's request in place of another's.
+    // Unpacked in live code, the local takes the pair's type, as an assignment gives it; a
+    // later assignment of another type is then the error it would be anyway.
+    let src = element(
+        "",
+        "init()",
+        "if false:\n    x = get(rpc, 'no_such_field')\n(x, n) = (1, 2)\nif get(rpc, 'card') == 'bob':\n    x = 'hello'\nset(rpc, 'card', str(x))\nsend(rpc, Down)",
+    );
+    let c = run(&src, Some(&catalog()), None);
+    assert_eq!(
+        c.errors(),
+        ["type mismatch: the value assigned to `x` must be `int`, found `string`"],
+        "{}",
+        c.rendered()
+    );
+    // A request kept from an earlier RPC through such a local is refused where it is sent.
+    let src = "state:\n    saved: Response\n    have: bool\n\ninit(mode: string = 'a'):\n    pass\n\nreq(rpc):\n    match mode:\n        'b' =>\n            x = get(rpc, 'no_such_field')\n        _ =>\n            pass\n    if have:\n        (x, n) = (saved, 1)\n        send(x, Down)\n    (x, n) = (rpc, 1)\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n";
+    let c = run(src, Some(&catalog()), None);
+    assert!(
+        c.errors().contains(&"a response cannot travel down"),
+        "{}",
+        c.rendered()
+    );
+    // Metadata read before the live `set_metadata` that types it: the read is the error.
+    let src = element(
+        "",
+        "init(mode: string = 'a')",
+        "match mode:\n    'b' =>\n        set_metadata('k', get(rpc, 'no_such_field'))\n    _ =>\n        pass\nforeach(get(rpc, 'skus'), lambda(s):\n    match get_metadata('k'):\n        Some(v) =>\n            set(rpc, 'card', v + 1)\n        None =>\n            pass\n    set_metadata('k', 'hello')\n)\nsend(rpc, Down)",
+    );
+    let c = run(&src, Some(&catalog()), None);
+    assert_eq!(
+        c.errors(),
+        [
+            "metadata `k` is read here before a `set_metadata` that runs for this method gives it a type"
+        ],
+        "{}",
+        c.rendered()
+    );
+    // Read where it was only set in an arm never taken, and never set live, it stays
+    // `None` at run time: that is allowed (the element fits other configs).
+    let src = "state:\n    pass\n\ninit(mode: string = 'a'):\n    pass\n\nreq(rpc):\n    match mode:\n        'b' =>\n            set_metadata('k', get(rpc, 'no_such_field'))\n        _ =>\n            pass\n    send(rpc, Down)\n\nresp(rpc):\n    match get_metadata('k'):\n        Some(v) =>\n            set_rpc_header(rpc, 'k', str(v))\n        None =>\n            pass\n    send(rpc, Up)\n";
+    run(src, Some(&catalog()), None).clean();
+}
+
+#[test]
+fn the_message_cannot_be_replaced_through_a_pair() {
+    let src = "state:\n    last: Response\n\ninit():\n    pass\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n    (rpc, n) = (last, 1)\n    send(rpc, Up)\n";
+    let c = run(src, Some(&catalog()), None);
+    assert_eq!(
+        c.errors(),
+        ["the message `rpc` cannot be reassigned"],
+        "{}",
+        c.rendered()
+    );
+}
+
+#[test]
+fn each_block_that_goes_on_after_its_end_is_warned_about() {
+    let src = req_only(
+        "",
+        "if get(rpc, 'card') == 'a':\n    send(rpc, Down)\n    x = 1\nelse:\n    send(rpc, Down)\n    y = 2",
+    );
+    let c = check_catalog(&src);
+    assert_eq!(
+        c.warnings()
+            .iter()
+            .filter(|w| w.starts_with("unreachable code"))
+            .count(),
+        2,
+        "{}",
+        c.rendered()
+    );
+}
+
 // ---- lambdas -----------------------------------------------------------------------------
 
 #[test]

@@ -76,6 +76,15 @@ impl Checker<'_> {
                 }
                 match self.metadata.iter().position(|m| m.0 == key) {
                     Some(i) => {
+                        if self.metadata[i].1 == Type::Dyn
+                            && self.dead == 0
+                            && self.env.method.is_some()
+                        {
+                            // Set so far only where a constant never goes: a later live
+                            // `set_metadata` gives the key its type, and this read must
+                            // not have used it as anything else (`Checker::untyped_reads`).
+                            self.untyped_reads.entry(i).or_insert(span);
+                        }
                         let ty = Type::option(self.metadata[i].1.clone());
                         Expr {
                             kind: ExprKind::Metadata(i),

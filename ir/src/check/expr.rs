@@ -124,6 +124,19 @@ impl Checker<'_> {
                     .hint = Some(format!(
                     "assign `{n}` before the `match`/`if`, or in every arm that continues here"
                 ));
+            } else if ty == Type::Dyn
+                && self.dead == 0
+                && self.env.method.is_some()
+                && bx.declared_dead.contains(&local)
+            {
+                // Only code that never runs for this method gave it a value (a field the
+                // method lacks has no type); read in code that runs, nothing would check
+                // what it holds.
+                self.error(
+                    span,
+                    format!("`{n}` has no type here: only code that never runs for this method assigns it"),
+                )
+                .hint = Some(format!("assign `{n}` a value in code that runs before reading it"));
             }
             return Expr {
                 kind: ExprKind::Local(local),

@@ -51,6 +51,7 @@ pub fn check(file: &ast::ElementFile, env: &CheckEnv<'_>) -> (Option<Element>, V
         params: Vec::new(),
         metadata: Vec::new(),
         dead: 0,
+        untyped_reads: HashMap::new(),
         body: None,
     };
     cx.declare_state(file);
@@ -126,7 +127,8 @@ struct BodyCx {
     defined: HashSet<LocalId>,
     /// Whether the current point can be reached (false after a `send` or `return`).
     reachable: bool,
-    reported_unreachable: bool,
+    /// Locals first assigned in an arm a constant never takes (see `Checker::name`).
+    declared_dead: HashSet<LocalId>,
     msg: Option<LocalId>,
     lambdas: Vec<LambdaCx>,
 }
@@ -155,6 +157,10 @@ struct Checker<'a> {
     metadata: Vec<(String, Type, Span)>,
     /// Greater than zero inside code a constant condition never reaches.
     dead: usize,
+    /// Metadata keys (by index) read in live code while only dead code had set them, so
+    /// their type was unknown: where the first such read is. A later live set that types
+    /// the key makes that read an error (it could have used the value as anything).
+    untyped_reads: HashMap<usize, Span>,
     body: Option<BodyCx>,
 }
 
@@ -422,7 +428,7 @@ impl BodyCx {
             }],
             defined: HashSet::new(),
             reachable: true,
-            reported_unreachable: false,
+            declared_dead: HashSet::new(),
             msg,
             lambdas: Vec::new(),
         }

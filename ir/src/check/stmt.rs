@@ -67,9 +67,11 @@ impl Checker<'_> {
 
     pub(super) fn block(&mut self, b: &ast::Block) -> Block {
         let mut out = Vec::new();
+        // Once per block: each block that goes on past its end has its own warning.
+        let mut reported_unreachable = false;
         for s in &b.stmts {
-            if !self.bx().reachable && !self.bx().reported_unreachable {
-                self.bx().reported_unreachable = true;
+            if !self.bx().reachable && !reported_unreachable {
+                reported_unreachable = true;
                 self.warn(
                     s.span,
                     "unreachable code: the handler already ended at a `send` or `return` above",
@@ -216,6 +218,9 @@ impl Checker<'_> {
                 }
                 let local = self.bx().declare(&id.name, v.ty.clone());
                 self.bx().defined.insert(local);
+                if self.dead > 0 {
+                    self.bx().declared_dead.insert(local);
+                }
                 Some(StmtKind::Assign { local, value: v })
             }
             ast::AssignTarget::Pair(a, b) => {
@@ -247,7 +252,23 @@ impl Checker<'_> {
 
     pub(super) fn pair_target(&mut self, id: &ast::Ident, ty: Type) -> Option<LocalId> {
         if let Some(local) = self.bx().lookup(&id.name) {
+            if Some(local) == self.bx().msg {
+                self.error(
+                    id.span,
+                    format!("the message `{}` cannot be reassigned", id.name),
+                )
+                .hint = Some("unpack the pair into a new name".into());
+                return None;
+            }
             let want = self.bx().locals[local].ty.clone();
+            if want == Type::Dyn && self.dead == 0 {
+                // Declared in an arm a constant never takes: this live unpacking gives the
+                // local its type, as a plain assignment does. Left `Dyn`, any later
+                // assignment could give it another type than the value it holds.
+                self.bx().locals[local].ty = ty;
+                self.bx().defined.insert(local);
+                return Some(local);
+            }
             if !has_dyn_mismatch_only(&want, &ty) {
                 self.error(
                     id.span,
@@ -275,6 +296,9 @@ impl Checker<'_> {
         self.check_new_name(id);
         let local = self.bx().declare(&id.name, ty);
         self.bx().defined.insert(local);
+        if self.dead > 0 {
+            self.bx().declared_dead.insert(local);
+        }
         Some(local)
     }
 

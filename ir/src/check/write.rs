@@ -250,6 +250,17 @@ impl Checker<'_> {
             // first live `set_metadata` gives the entry its type (as for a local).
             Some(i) if self.metadata[i].1 == Type::Dyn && self.dead == 0 => {
                 self.metadata[i].1 = v.ty.clone();
+                if let Some(read) = self.untyped_reads.remove(&i) {
+                    self.error(
+                        read,
+                        format!(
+                            "metadata `{key}` is read here before a `set_metadata` that runs for this method gives it a type"
+                        ),
+                    )
+                    .hint = Some(format!(
+                        "set `{key}` in code that runs before this read (the earlier set is in an arm that never runs)"
+                    ));
+                }
                 i
             }
             Some(i) => i,
