@@ -648,8 +648,17 @@ resp(rpc):
 #[test]
 fn an_untyped_parameter_without_a_namesake_takes_its_type_from_the_config() {
     let src = element("", "init(limit)", "x = limit + 1\nsend(rpc, Down)");
-    let c = run(&src, None, None);
-    // Only the declaration is wrong; its use is not also an "unknown name".
+    // Checked alone (`weft check`), no value gives it a type: that is said, not refused
+    // (language.md accepts the form), and its uses are checked once a config sets it.
+    let c = run(&src, Some(&catalog()), None);
+    assert!(c.errors().is_empty(), "{}", c.rendered());
+    assert_eq!(
+        c.warnings(),
+        ["parameter `limit` takes its type from the chain config's value; its uses are checked only with one"]
+    );
+    // A config that does not set it: only the declaration is wrong; its use is not also an
+    // "unknown name".
+    let c = run(&src, Some(&catalog()), Some(&params(&[])));
     assert_eq!(c.errors(), ["parameter `limit` has no type"]);
     let e = run(&src, None, Some(&params(&[("limit", Value::Int(3))]))).clean();
     assert_eq!(constant(the_assigned(&e.req, "x")), &Value::Int(4));

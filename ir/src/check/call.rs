@@ -677,7 +677,14 @@ impl Checker<'_> {
                     self.error(
                         *s,
                         format!("this lambda returns `{t}` here but `{ty}` before"),
-                    );
+                    )
+                    .hint = Some(match (t, &ty) {
+                        (Type::Int, Type::Float) | (Type::Float, Type::Int) => {
+                            "a lambda's returns do not widen: write the whole numbers as floats (`1.0`)"
+                                .into()
+                        }
+                        _ => format!("return `{ty}` here too: a lambda's returns share one type"),
+                    });
                 }
             }
             if falls_off && ty != Type::Unit {

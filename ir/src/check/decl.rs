@@ -264,8 +264,19 @@ impl Checker<'_> {
                 .or_else(|| default.as_ref().map(|d| d.ty.clone()))
                 .or_else(|| config_value.as_ref().and_then(infer_value_type));
             let Some(ty) = ty else {
-                self.error(p.name.span, format!("parameter `{name}` has no type"))
-                    .hint = Some(format!("write `{name}: int` (or the type it needs)"));
+                if given.is_none() {
+                    // Checked without a config (`weft check`): AppNet's untyped parameter
+                    // takes its type from the value a chain config gives it, so its uses
+                    // are checked then. Nothing runs an element checked this way.
+                    self.warn(
+                        p.name.span,
+                        format!("parameter `{name}` takes its type from the chain config's value; its uses are checked only with one"),
+                    )
+                    .hint = Some(format!("write `{name}: int` (or the type it needs) to check them here"));
+                } else {
+                    self.error(p.name.span, format!("parameter `{name}` has no type"))
+                        .hint = Some(format!("write `{name}: int` (or the type it needs)"));
+                }
                 // Still declared: its uses are not "unknown names".
                 self.params.push(ParamInfo {
                     name,

@@ -110,7 +110,18 @@ impl Checker<'_> {
                 Some("a handler ends with `send`; `return` leaves a `lambda` body".into());
             return None;
         };
-        let value = value.map(|v| self.expr(v, None));
+        // A later `return` is checked against the first one's type, so `return None` after
+        // `return Some(v)` knows which Option it is.
+        let expected = match lambda {
+            LambdaKind::Rmw => self
+                .bx()
+                .lambdas
+                .last()
+                .and_then(|l| l.returns.first())
+                .map(|(t, _)| t.clone()),
+            LambdaKind::ForEach => None,
+        };
+        let value = value.map(|v| self.expr(v, expected.as_ref()));
         match (lambda, &value) {
             (LambdaKind::ForEach, Some(v)) => {
                 self.error(v.span, "a `foreach` lambda cannot return a value")
