@@ -9,6 +9,7 @@
 //! value when it is None…) reject the RPC with INTERNAL and count against the element;
 //! malformed message bytes reject it with INVALID_ARGUMENT and count as malformed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft_hostcalls::abi::ScalarBlock;
@@ -48,20 +49,40 @@ pub struct Instance {
 }
 
 /// The scratch of the RPCs in flight through one instance: a small slab of slot vectors
-/// keyed by RPC id. An instance holds few RPCs at once (usually one), so a linear search
-/// beats a tree. An ended RPC's entry stays where it is, marked free, and the next RPC
+/// keyed by RPC id. An instance usually holds few RPCs at once (one, mostly), so a linear
+/// search beats a tree. An ended RPC's entry stays where it is, marked free, and the next RPC
 /// reuses it and its vector: a steady stream of RPCs allocates and moves nothing (moving
 /// entries in and out of a spare list cost a store-forwarding stall per RPC).
+///
+/// A stream's messages are each an RPC that waits for a response, so a long upload keeps
+/// thousands in flight through one instance: past [`LINEAR_SCRATCH`] entries an index by id
+/// and a list of free entries take over (a linear search there made each message cost time
+/// in proportion to the messages before it), and once nothing is in flight the slab goes
+/// back to its small size.
 #[derive(Default)]
 struct Scratch {
     entries: Vec<(Option<u64>, Vec<Option<Value>>)>,
     live: usize,
+    /// Only past [`LINEAR_SCRATCH`] entries: where each RPC's entry is, and the free ones.
+    large: Option<Box<LargeScratch>>,
 }
+
+#[derive(Default)]
+struct LargeScratch {
+    index: HashMap<u64, usize>,
+    free: Vec<usize>,
+}
+
+/// How many entries a linear search covers before the scratch keeps an index.
+const LINEAR_SCRATCH: usize = 16;
 
 impl Scratch {
     #[inline]
     fn find(&self, rpc_id: u64) -> Option<usize> {
-        self.entries.iter().position(|(id, _)| *id == Some(rpc_id))
+        match &self.large {
+            None => self.entries.iter().position(|(id, _)| *id == Some(rpc_id)),
+            Some(large) => large.index.get(&rpc_id).copied(),
+        }
     }
 
     fn begin(&mut self, rpc_id: u64, slots: usize) {
@@ -69,13 +90,7 @@ impl Scratch {
         if self.live > 0 {
             self.end(rpc_id);
         }
-        let i = match self.entries.iter().position(|(id, _)| id.is_none()) {
-            Some(i) => i,
-            None => {
-                self.entries.push((None, Vec::new()));
-                self.entries.len() - 1
-            }
-        };
+        let i = self.free_entry(rpc_id);
         let (id, v) = &mut self.entries[i];
         *id = Some(rpc_id);
         // Pushes into the capacity the entry kept: `resize_with` is a call of its own that
@@ -86,13 +101,61 @@ impl Scratch {
         self.live += 1;
     }
 
-    fn end(&mut self, rpc_id: u64) {
-        if let Some(i) = self.find(rpc_id) {
-            let (id, v) = &mut self.entries[i];
-            *id = None;
-            v.clear();
-            self.live -= 1;
+    /// An entry for `rpc_id`, which has none: a free one, or a new one.
+    fn free_entry(&mut self, rpc_id: u64) -> usize {
+        if let Some(large) = &mut self.large {
+            let i = large.free.pop().unwrap_or_else(|| {
+                self.entries.push((None, Vec::new()));
+                self.entries.len() - 1
+            });
+            large.index.insert(rpc_id, i);
+            return i;
         }
+        if let Some(i) = self.entries.iter().position(|(id, _)| id.is_none()) {
+            return i;
+        }
+        if self.entries.len() >= LINEAR_SCRATCH {
+            // Every entry is in flight: index them, and this one.
+            let index = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (id, _))| Some(((*id)?, i)))
+                .collect();
+            self.large = Some(Box::new(LargeScratch {
+                index,
+                free: Vec::new(),
+            }));
+            return self.free_entry(rpc_id);
+        }
+        self.entries.push((None, Vec::new()));
+        self.entries.len() - 1
+    }
+
+    fn end(&mut self, rpc_id: u64) {
+        let Some(i) = self.find(rpc_id) else { return };
+        let (id, v) = &mut self.entries[i];
+        *id = None;
+        v.clear();
+        self.live -= 1;
+        if let Some(large) = &mut self.large {
+            large.index.remove(&rpc_id);
+            large.free.push(i);
+            if self.live == 0 {
+                // The burst is over: back to a small slab, its memory returned.
+                self.large = None;
+                self.entries.truncate(LINEAR_SCRATCH);
+                self.entries.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Adds the scratch of an RPC taken over from another instance.
+    fn adopt(&mut self, rpc_id: u64, slots: Vec<Option<Value>>) {
+        self.end(rpc_id);
+        let i = self.free_entry(rpc_id);
+        self.entries[i] = (Some(rpc_id), slots);
+        self.live += 1;
     }
 
     #[inline]
@@ -186,16 +249,11 @@ impl Instance {
     /// Moves the scratch of the RPCs in flight through `from` here: `from`'s state is taken
     /// over by this instance of the same element, and those RPCs finish here.
     pub fn take_scratch_from(&mut self, from: &mut Instance) {
-        for (id, slots) in &mut from.scratch.entries {
-            if let Some(rpc_id) = id.take() {
-                self.scratch.end(rpc_id);
-                self.scratch
-                    .entries
-                    .push((Some(rpc_id), std::mem::take(slots)));
-                self.scratch.live += 1;
+        for (id, slots) in std::mem::take(&mut from.scratch).entries {
+            if let Some(rpc_id) = id {
+                self.scratch.adopt(rpc_id, slots);
             }
         }
-        from.scratch.live = 0;
     }
 
     /// Counts a run-time error against this instance, as the interpreter does.
@@ -904,5 +962,57 @@ fn local_delete(target: &mut Value, k: &Value) -> Result<(), RuntimeError> {
             "delete on a local {}",
             other.kind_name()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_hostcalls::state::LocalStore;
+    use weft_hostcalls::{SeededRng, Value};
+
+    use super::{Instance, LINEAR_SCRATCH};
+
+    fn instance() -> Instance {
+        Instance::new(
+            "t",
+            Box::new(LocalStore::new(&[])),
+            Box::new(SeededRng::for_stream(1, "t")),
+        )
+    }
+
+    /// Many RPCs in flight at once (a stream's messages), ended in another order than they
+    /// began, some moved to another instance: each keeps its own scratch throughout, and the
+    /// slab returns to its small size once none is in flight.
+    #[test]
+    fn scratch_keeps_each_rpcs_values_however_many_are_in_flight() {
+        let n = 10 * LINEAR_SCRATCH as u64;
+        let (mut a, mut b) = (instance(), instance());
+        for id in 0..n {
+            a.scratch_begin(id, 2);
+            a.scratch_set(id, 1, Value::Int(id as i64));
+        }
+        assert_eq!(a.in_flight(), n as usize);
+        // Odd ids end here, in reverse; even ids move to `b`, and end there.
+        for id in (0..n).rev().filter(|id| id % 2 == 1) {
+            assert_eq!(a.scratch_get(id, 1), Some(&Value::Int(id as i64)));
+            assert_eq!(a.scratch_get(id, 0), None);
+            a.scratch_end(id);
+            assert_eq!(a.scratch_get(id, 1), None, "ended");
+        }
+        b.scratch_begin(n + 1, 1);
+        b.take_scratch_from(&mut a);
+        assert_eq!((a.in_flight(), b.in_flight()), (0, n as usize / 2 + 1));
+        for id in (0..n).filter(|id| id % 2 == 0) {
+            assert_eq!(b.scratch_get(id, 1), Some(&Value::Int(id as i64)));
+            b.scratch_end(id);
+        }
+        assert_eq!(b.scratch_get(n + 1, 0), None);
+        b.scratch_end(n + 1);
+        assert_eq!(b.in_flight(), 0);
+        assert!(b.scratch.large.is_none() && b.scratch.entries.len() <= LINEAR_SCRATCH);
+        // Used again after shrinking.
+        b.scratch_begin(7, 1);
+        b.scratch_set(7, 0, Value::Bool(true));
+        assert_eq!(b.scratch_get(7, 0), Some(&Value::Bool(true)));
     }
 }
