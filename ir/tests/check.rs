@@ -654,7 +654,9 @@ fn an_untyped_parameter_without_a_namesake_takes_its_type_from_the_config() {
     assert!(c.errors().is_empty(), "{}", c.rendered());
     assert_eq!(
         c.warnings(),
-        ["parameter `limit` takes its type from the chain config's value; its uses are checked only with one"]
+        [
+            "parameter `limit` takes its type from the chain config's value; its uses are checked only with one"
+        ]
     );
     // A config that does not set it: only the declaration is wrong; its use is not also an
     // "unknown name".
@@ -809,6 +811,56 @@ fn a_type_from_an_arm_never_taken_does_not_reach_live_code() {
     // `None` at run time: that is allowed (the element fits other configs).
     let src = "state:\n    pass\n\ninit(mode: string = 'a'):\n    pass\n\nreq(rpc):\n    match mode:\n        'b' =>\n            set_metadata('k', get(rpc, 'no_such_field'))\n        _ =>\n            pass\n    send(rpc, Down)\n\nresp(rpc):\n    match get_metadata('k'):\n        Some(v) =>\n            set_rpc_header(rpc, 'k', str(v))\n        None =>\n            pass\n    send(rpc, Up)\n";
     run(src, Some(&catalog()), None).clean();
+}
+
+#[test]
+fn reserved_names_and_options_in_state_are_refused() {
+    // `None = 0` made `x == None` compare against 0.
+    let c = check_catalog(&req_only("", "None = 0\nsend(rpc, Down)"));
+    assert_eq!(c.errors(), ["`None` is reserved and cannot name a local"]);
+    let c = check_catalog(&req_only("None: int", "send(rpc, Down)"));
+    assert_eq!(c.errors(), ["`None` is reserved and cannot name state"]);
+    let c = check_catalog(&element("", "init(inf: int = 3)", "send(rpc, Down)"));
+    assert_eq!(
+        c.errors(),
+        ["`inf` is reserved and cannot name a parameter"]
+    );
+    // Options inside a collection, not only at the top (language.md: state cannot hold one).
+    let c = check_catalog(&req_only(
+        "m: Map<string, Option<int>>\nv: Vec<Option<int>>",
+        "send(rpc, Down)",
+    ));
+    assert_eq!(
+        c.errors(),
+        [
+            "state cannot hold `Map<string, Option<int>>`",
+            "state cannot hold `Vec<Option<int>>`"
+        ]
+    );
+}
+
+#[test]
+fn an_unknown_field_is_marked_inside_its_literal_only_when_written_without_escapes() {
+    let mark = |literal: &str| {
+        let src = req_only("", &format!("x = get(rpc, {literal})\nsend(rpc, Down)"));
+        let c = check_catalog(&src);
+        let d = c.diags.iter().find(|d| d.is_error()).expect("an error");
+        c.file.text[d.span.start as usize..d.span.end as usize].to_owned()
+    };
+    assert_eq!(mark("'customer.nam'"), "nam");
+    // The escapes make the source longer than the text: offsets into the text would mark
+    // `x73` here.
+    assert_eq!(mark("'\\x63ustomer.nam'"), "'\\x63ustomer.nam'");
+}
+
+#[test]
+fn a_read_modify_write_lambda_may_return_none_after_some() {
+    let src = req_only(
+        "m: Map<string, int>",
+        "r = get(m, 'a', lambda(v):\n    if v > 0:\n        return Some(v)\n    return None\n)\nmatch r:\n    Some(n) =>\n        set(rpc, 'limit', n)\n    None =>\n        pass\nsend(rpc, Down)",
+    );
+    let e = check_catalog(&src).clean();
+    assert_eq!(local_ty(&e.req, "r"), &Type::option(Type::Int));
 }
 
 #[test]

@@ -846,8 +846,10 @@ impl Checker<'_> {
             // would make `foreach(map_field, lambda(k, v): …)` or pair comparisons fail).
             Err(_) if self.dead > 0 => Some(FieldRef::Path(dyn_field(&text))),
             Err(e) => {
-                // Point at the offending segment inside the literal (after the quote).
-                let span = if literal && arg.span.len() >= text.len() + 2 {
+                // Point at the offending segment inside the literal (after the quote). Only a
+                // literal written without escapes has the text's offsets; otherwise the
+                // whole literal is marked.
+                let span = if literal && arg.span.len() == text.len() + 2 {
                     let start = arg.span.start as usize + 1 + e.segment.start;
                     Span::new(start, start + e.segment.len().max(1))
                 } else {

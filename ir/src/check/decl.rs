@@ -105,6 +105,10 @@ impl Checker<'_> {
                 );
                 continue;
             }
+            if let Some(msg) = reserved_name(name, "state") {
+                self.error(decl.name.span, msg);
+                continue;
+            }
             let ty = self.resolve_type(&decl.ty);
             let mut consistency = Consistency::Local;
             let mut combiner = None;
@@ -188,7 +192,9 @@ impl Checker<'_> {
                     format!("{what}, but `{name}` holds `{value_ty}`"),
                 );
             }
-            if matches!(ty, Type::Option(_)) || mentions(&ty, &Type::Channel) {
+            if holds_option(&ty) || mentions(&ty, &Type::Channel) {
+                // An Option in a collection too: language.md rules them out of state
+                // (a map entry that is present holds a value; absence is the map's `None`).
                 self.error(decl.ty.span(), format!("state cannot hold `{ty}`"));
             } else if mentions(&ty, &Type::Request) {
                 // A stored request could be replayed with `send(r, Down)` on a later RPC:
@@ -219,6 +225,10 @@ impl Checker<'_> {
             let name = p.name.name.clone();
             if !seen.insert(name.clone()) {
                 self.error(p.name.span, format!("parameter `{name}` is declared twice"));
+                continue;
+            }
+            if let Some(msg) = reserved_name(&name, "a parameter") {
+                self.error(p.name.span, msg);
                 continue;
             }
             let state = self.state_index.get(&name).copied();
@@ -352,6 +362,16 @@ impl Checker<'_> {
                 }
             }
         }
+    }
+}
+
+/// Whether `t` is an Option or contains one.
+fn holds_option(t: &Type) -> bool {
+    match t {
+        Type::Option(_) => true,
+        Type::Pair(a, b) | Type::Map(a, b) => holds_option(a) || holds_option(b),
+        Type::Vec(x) => holds_option(x),
+        _ => false,
     }
 }
 

@@ -164,6 +164,18 @@ struct Checker<'a> {
     body: Option<BodyCx>,
 }
 
+/// Names with a meaning of their own where a value is read (`Checker::name`): a local, a
+/// binder, state or a parameter of that name would change what they mean, so none may take
+/// one (`None = 0` made `x == None` compare against 0).
+const RESERVED: &[&str] = &["None", "inf", "inf_f", "Up", "Down", "up", "down"];
+
+/// The error for a declaration of `name` when it is reserved.
+fn reserved_name(name: &str, what: &str) -> Option<String> {
+    RESERVED
+        .contains(&name)
+        .then(|| format!("`{name}` is reserved and cannot name {what}"))
+}
+
 const BUILTINS: &[&str] = &[
     "send",
     "err",

@@ -317,6 +317,10 @@ impl Checker<'_> {
     /// an element parameter hides it where it is bound: an assignment there changes the
     /// binder, which is rarely what was meant.
     pub(super) fn check_binder_name(&mut self, id: &ast::Ident) {
+        if let Some(msg) = reserved_name(&id.name, "a binder") {
+            self.error(id.span, msg);
+            return;
+        }
         let what = if self.state_index.contains_key(&id.name) {
             "state variable"
         } else if self.params.iter().any(|p| p.name == id.name) {
@@ -338,7 +342,9 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_new_name(&mut self, id: &ast::Ident) {
-        if BUILTINS.contains(&id.name.as_str()) {
+        if let Some(msg) = reserved_name(&id.name, "a local") {
+            self.error(id.span, msg);
+        } else if BUILTINS.contains(&id.name.as_str()) {
             self.warn(
                 id.span,
                 format!("local `{}` shadows the built-in of that name", id.name),
