@@ -481,7 +481,7 @@ impl Engine {
         let counters = Arc::new(VersionCounters::default());
         let mut read = None;
         let mut first = build(&source, service, &options, 1, &counters, None, &mut read)?;
-        first.mark_installed();
+        first.mark_installed(options.channels.as_ref());
         let files_read = read.unwrap_or_default();
         let inner = Arc::new(Inner {
             service: service.to_owned(),
@@ -1121,7 +1121,7 @@ impl Inner {
         // one is installed: what RPCs wrote during the build is carried over.
         let taken = built.take_over_state(&current.current)?;
         keep_source(source);
-        built.mark_installed();
+        built.mark_installed(self.options.channels.as_ref());
         self.next_install.fetch_add(1, Ordering::Relaxed);
         let mut older: Vec<Weak<Version>> = current
             .older

@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::SeededRng;
-use weft_hostcalls::state::SharedState;
+use weft_hostcalls::state::{LocalStore, SharedState};
 use weft_ir::abstraction::{ElementAbs, HandlerAbs, Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
 use weft_ir::interp::{self, Host, Instance, RpcInfo};
@@ -140,7 +140,9 @@ pub struct VersionCounters {
 /// leaves the list only in its own `Drop`, with this lock held while it retires its counts,
 /// so a sum that holds the lock sees every state either listed or retired, never neither.
 #[derive(Default)]
-struct Segments(Mutex<Vec<Weak<SegmentState>>>);
+/// Each is listed with its [`SegmentState::id`]: a state leaving the list may have been moved
+/// out of its `Arc` (the unlinking in its `Drop`), so its address no longer names it.
+struct Segments(Mutex<Vec<(u64, Weak<SegmentState>)>>);
 
 impl std::fmt::Debug for Segments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,7 +165,7 @@ impl VersionCounters {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let upgraded: Vec<Option<Arc<SegmentState>>> =
-                states.iter().map(Weak::upgrade).collect();
+                states.iter().map(|(_, s)| s.upgrade()).collect();
             if upgraded.iter().all(Option::is_some) {
                 let retired = RpcCounters {
                     malformed: self.retired_malformed.load(Ordering::Relaxed)
@@ -229,11 +231,16 @@ pub(crate) struct Segment {
     /// The instances that take over the state of the previous version's instance of the
     /// same element when this version is installed ([`Version::take_over_state`]).
     take_over: Vec<TakeOver>,
+    /// What the instances' `init` sent, held until the version is installed: a version that
+    /// is never installed (a reload that failed, or changed nothing) sends nothing.
+    init_records: Vec<ChannelRecord>,
 }
 
 /// A segment's instances: shared, so that an older version's segment can point at them
 /// without keeping this version's code alive.
 struct SegmentState {
+    /// Names this state in the engine's list of them ([`Segments`]); unique in the process.
+    id: u64,
     /// One instance per element, whatever the method (as in the simulator). The lock is per
     /// segment: RPCs of other edges, sides and versions never wait for it.
     instances: Mutex<Vec<Instance>>,
@@ -251,6 +258,22 @@ struct SegmentState {
 
 impl Drop for SegmentState {
     fn drop(&mut self) {
+        self.retire_counts();
+        // The links to later versions' states, unlinked one by one: dropped by recursion, a
+        // chain as long as the reloads one RPC was held across overflowed the stack. A state
+        // taken out of its `Arc` here is dropped moved, which is why the list of states
+        // names them by id, not by address.
+        let mut next = self.successor.take().map(|s| s.state);
+        while let Some(state) = next {
+            next = Arc::into_inner(state)
+                .and_then(|mut s| s.successor.take())
+                .map(|s| s.state);
+        }
+    }
+}
+
+impl SegmentState {
+    fn retire_counts(&mut self) {
         let Some(counters) = self.counters.get() else {
             return;
         };
@@ -259,7 +282,7 @@ impl Drop for SegmentState {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         let kept = kept_counts(instances, self.successor.get());
-        let this: *const SegmentState = self;
+        let this = self.id;
         // Retired and unlisted under the list's lock, as one step for a sum ([`Segments`]).
         let mut states = counters
             .segments
@@ -275,8 +298,7 @@ impl Drop for SegmentState {
         counters
             .retired_iteration_limited
             .fetch_add(kept.iteration_limited, Ordering::Relaxed);
-        // Only compared, never dereferenced: the list's weak reference keeps the address.
-        states.retain(|s| !std::ptr::eq(s.as_ptr(), this));
+        states.retain(|(id, _)| *id != this);
     }
 }
 
@@ -500,11 +522,19 @@ impl Drop for Version {
 }
 
 impl Version {
-    /// Counts this version installed, lets the engine's counters find its instances, and
-    /// its segments retire their counts when dropped. Called when it is installed: until
+    /// Counts this version installed, sends what its instances' `init` sent to `observer`,
+    /// lets the engine's counters find its instances, and its segments retire their counts
+    /// when dropped. Called when it is installed: until
     /// then its segments must not be shared ([`Version::take_over_state`]).
-    pub(crate) fn mark_installed(&mut self) {
+    pub(crate) fn mark_installed(&mut self, observer: Option<&ChannelObserver>) {
         self.installed = true;
+        for seg in &mut self.segments {
+            for record in std::mem::take(&mut seg.init_records) {
+                if let Some(f) = observer {
+                    f(record, None);
+                }
+            }
+        }
         self.counters.installed.fetch_add(1, Ordering::Relaxed);
         let mut states = self
             .counters
@@ -515,7 +545,7 @@ impl Version {
         for seg in &self.segments {
             // Installed once: a version is registered when it becomes current, only then.
             let _ = seg.state.counters.set(Arc::clone(&self.counters));
-            states.push(Arc::downgrade(&seg.state));
+            states.push((seg.state.id, Arc::downgrade(&seg.state)));
         }
     }
 
@@ -794,12 +824,12 @@ fn build_segment(
     let mut instances = Vec::with_capacity(positions.len());
     let mut origins = Vec::with_capacity(positions.len());
     let schema: Arc<[u8]> = loaded.schema.encoded().into();
-    let mut channels = Channels {
-        observer: options.channels.as_ref(),
-        method: None,
+    let mut init_records = InitRecords {
+        records: Vec::new(),
+        observed: options.channels.is_some(),
     };
     for &k in &positions {
-        instances.push(start_instance(loaded, k, ends, &mut channels)?);
+        instances.push(start_instance(loaded, k, ends, &mut init_records)?);
         origins.push(Origin {
             // The iteration limit bounds what a handler run may do, not the state an
             // instance starts from: a reload that changes only it keeps the state (the
@@ -881,13 +911,37 @@ fn build_segment(
             .map(|&k| loaded.elements[k].use_.name.clone())
             .collect(),
         state: Arc::new(SegmentState {
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
             instances: Mutex::new(instances),
             successor: OnceLock::new(),
             counters: OnceLock::new(),
         }),
         methods,
         take_over,
+        init_records: init_records.records,
     })
+}
+
+/// Where `init` sends while a version is built ([`Segment::init_records`]).
+struct InitRecords {
+    records: Vec<ChannelRecord>,
+    /// Whether anyone will read them; if not, emitters skip building them.
+    observed: bool,
+}
+
+impl ChannelSink for InitRecords {
+    fn emit(&mut self, record: ChannelRecord) {
+        if self.observed {
+            self.records.push(record);
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.observed
+    }
 }
 
 /// The planner's abstraction of each element among `positions` that applies to `method`.
@@ -1164,8 +1218,17 @@ impl TakenOver<'_> {
     /// Points the previous version's segments at the new version's instances, then unlocks
     /// them: an RPC of the previous version that was waiting for a lock finds its state
     /// where the new version keeps it. Called once the new version is installed.
-    pub(crate) fn hand_over(self) {
-        for (old, state, instance) in self.links {
+    pub(crate) fn hand_over(mut self) {
+        for ((old, state, instance), guard) in self.links.into_iter().zip(&mut self.guards) {
+            // The previous version's copies of the state moved on are never read again (its
+            // RPCs find the state through the link), so they are freed now rather than when
+            // the previous version's last RPC ends: one RPC held across many reloads would
+            // otherwise keep every version's copy in between.
+            for (i, moved) in instance.iter().enumerate() {
+                if let (Some(_), Some(inst)) = (moved, guard.get_mut(i)) {
+                    inst.store = Box::new(LocalStore::new(&[]));
+                }
+            }
             let link = Successor { state, instance };
             // Only the current version is replaced, and only once.
             let first = self.previous.segments[old]
@@ -1277,7 +1340,7 @@ fn start_instance(
     loaded: &LoadedEdge,
     k: usize,
     ends: &Ends<'_>,
-    channels: &mut Channels<'_>,
+    channels: &mut dyn ChannelSink,
 ) -> Result<Instance, EngineError> {
     let Ends {
         service,
