@@ -1012,6 +1012,14 @@ impl Parser {
             Tok::LParen => {
                 self.bump();
                 let first = self.expr();
+                if matches!(first.kind, ExprKind::Error) && !self.at(&Tok::RParen) {
+                    // The inside was already reported; a missing `)` here is its echo (70
+                    // nested parentheses gave 49 of them after "nested too deeply").
+                    return Expr {
+                        kind: ExprKind::Error,
+                        span: start,
+                    };
+                }
                 if self.eat(&Tok::Comma) {
                     let second = self.expr();
                     if self.at(&Tok::Comma) {
