@@ -46,6 +46,12 @@ impl Checked {
         self.of(true)
     }
 
+    /// The element, which must have checked without errors (warnings allowed).
+    fn clean_of_errors(self) -> Element {
+        assert!(self.errors().is_empty(), "{}", self.rendered());
+        self.element.unwrap()
+    }
+
     fn warnings(&self) -> Vec<&str> {
         self.of(false)
     }
@@ -851,6 +857,39 @@ fn an_unknown_field_is_marked_inside_its_literal_only_when_written_without_escap
     // The escapes make the source longer than the text: offsets into the text would mark
     // `x73` here.
     assert_eq!(mark("'\\x63ustomer.nam'"), "'\\x63ustomer.nam'");
+}
+
+#[test]
+fn foreach_over_an_option_of_a_collection_unwraps_it_with_a_warning() {
+    // AppNet's ServiceRouter loops over `get(backends, dst())` directly.
+    let src = req_only(
+        "backends: Map<string, Vec<string>>",
+        "n = 0\nforeach(get(backends, dst()), lambda(b):\n    n = n + 1\n)\nset(rpc, 'limit', n)\nsend(rpc, Down)",
+    );
+    let c = check_catalog(&src);
+    assert!(c.errors().is_empty(), "{}", c.rendered());
+    assert_eq!(
+        c.warnings(),
+        ["an Option is used as a value: a missing entry rejects the RPC with INTERNAL"]
+    );
+    let e = c.clean_of_errors();
+    let looped = all_stmts(&e.req.block)
+        .into_iter()
+        .find_map(|s| match &s.kind {
+            StmtKind::ForEach { coll, .. } => Some(coll),
+            _ => None,
+        })
+        .expect("a foreach");
+    assert!(
+        matches!(
+            looped,
+            Collection::Value(Expr {
+                kind: ExprKind::Unwrap(_),
+                ..
+            })
+        ),
+        "{looped:?}"
+    );
 }
 
 #[test]

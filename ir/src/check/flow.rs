@@ -247,7 +247,15 @@ impl Checker<'_> {
             };
             (Collection::State(var), t)
         } else {
+            // An Option of a collection (`get(backends, dst())`) is unwrapped with a warning,
+            // as anywhere else an Option is used as a value (language.md).
             let c = self.expr(&args[0], None);
+            let c = match &c.ty {
+                Type::Option(inner) if matches!(**inner, Type::Vec(_) | Type::Map(..)) => {
+                    self.implicit_unwrap(c)
+                }
+                _ => c,
+            };
             let t = match &c.ty {
                 Type::Vec(t) => ElemTy::One((**t).clone()),
                 Type::Map(k, v) => ElemTy::Pair((**k).clone(), (**v).clone()),
