@@ -254,6 +254,39 @@ impl Config {
         })
     }
 
+    /// Every `element_paths` entry must be a directory. A misspelt or missing one would
+    /// otherwise make each element it was meant to provide fall back to the standard
+    /// library's element of the same name, without a word.
+    pub fn check_element_paths(&self) -> Result<(), ConfigError> {
+        for path in &self.element_paths {
+            let problem = match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(_) => "is not a directory".to_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+                Err(e) => format!("cannot be read: {e}"),
+            };
+            // As written in the config, and where that led when it was relative.
+            let entry = path.strip_prefix(&self.dir).unwrap_or(path);
+            let resolved = if entry == path.as_path() {
+                String::new()
+            } else {
+                format!(" ({})", path.display())
+            };
+            return Err(ConfigError {
+                file: self.file.clone(),
+                location: String::new(),
+                message: format!(
+                    "`element_paths` entry `{}`{resolved} {problem}",
+                    entry.display()
+                ),
+                hint: Some(
+                    "each entry is a directory of <element>.weft files; a relative one is resolved against the config's directory".into(),
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub fn edge(&self, name: &str) -> Result<&Edge, ConfigError> {
         self.edges.iter().find(|e| e.name == name).ok_or_else(|| {
             let names: Vec<&str> = self.edges.iter().map(|e| e.name.as_str()).collect();

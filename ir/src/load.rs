@@ -131,19 +131,43 @@ pub fn element_candidates(config: &Config, use_: &ElementUse) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Finds an element's source: the first of [`element_candidates`] that can be read, then
-/// (without an explicit `path`) the standard library.
-pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> {
+/// An element's source file that is there but cannot be read (not UTF-8, a directory, no
+/// permission), or its explicit `path` when that cannot be read at all.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("cannot read its file `{}`: {why}", path.display())]
+pub struct UnreadableSource {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// Finds an element's source: the first of [`element_candidates`] that exists, then
+/// (without an explicit `path`) the standard library; `Ok(None)` when there is none.
+///
+/// A candidate that exists but cannot be read is an error, not a reason to look further:
+/// the file is the operator's element, and running the standard one of the same name in
+/// its place would change the chain without a word.
+pub fn element_source(
+    config: &Config,
+    use_: &ElementUse,
+) -> Result<Option<SourceFile>, UnreadableSource> {
     for p in element_candidates(config, use_) {
-        if let Ok(t) = std::fs::read_to_string(&p) {
-            return Some(SourceFile::new(p.display().to_string(), t));
+        match std::fs::read_to_string(&p) {
+            Ok(t) => return Ok(Some(SourceFile::new(p.display().to_string(), t))),
+            // Absent (a dangling link is there, and broken): the next place to look.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && use_.path.is_none()
+                    && std::fs::symlink_metadata(&p).is_err() => {}
+            Err(e) => {
+                return Err(UnreadableSource {
+                    path: p,
+                    why: e.to_string(),
+                });
+            }
         }
     }
-    if use_.path.is_some() {
-        return None;
-    }
-    stdlib::source(&use_.element)
-        .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t))
+    Ok(stdlib::source(&use_.element)
+        .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t)))
 }
 
 /// Loads and checks every element of an edge.
@@ -159,26 +183,20 @@ pub fn load_edge_with_schema(
     schema: Arc<Schema>,
 ) -> Result<LoadedEdge, LoadError> {
     let edge = config.edge(edge_name)?.clone();
+    config.check_element_paths()?;
     let methods = edge_methods(config, &schema, &edge)?;
     let mut elements = Vec::new();
     let mut rendered = String::new();
     let mut warnings = String::new();
     let mut errors = 0;
     for (position, use_) in edge.chain() {
-        let Some(source) = element_source(config, use_) else {
-            if let Some(path) = &use_.path {
-                let full = config.dir.join(path);
-                let why = match std::fs::read_to_string(&full) {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "it changed while being read".to_owned(),
-                };
-                return Err(LoadError::Element {
-                    config: config.file.clone(),
-                    edge: edge.name.clone(),
-                    element: use_.name.clone(),
-                    message: format!("cannot read its file `{}`: {why}", full.display()),
-                });
-            }
+        let found = element_source(config, use_).map_err(|e| LoadError::Element {
+            config: config.file.clone(),
+            edge: edge.name.clone(),
+            element: use_.name.clone(),
+            message: e.to_string(),
+        })?;
+        let Some(source) = found else {
             let mut known: Vec<String> = stdlib::names().map(str::to_owned).collect();
             for dir in &config.element_paths {
                 known.extend(list_elements(dir));

@@ -1,0 +1,80 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Chain configs that cannot mean what they say are refused when loaded, with an error that
+//! names the file and what in it is wrong.
+
+use std::path::{Path, PathBuf};
+
+use weft_ir::config::Config;
+use weft_ir::load::load_edge;
+
+fn echo_proto() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo/echo.proto")
+}
+
+/// A config in `dir` with one edge `e` running `firewall`, and `element_paths` as given.
+fn write_config(dir: &Path, element_paths: &str) -> PathBuf {
+    let path = dir.join("weft.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "protos: [{}]\nelement_paths: {element_paths}\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - firewall: {{field: user, deny: [mallory]}}\n",
+            echo_proto().display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn load_error(config: &Path) -> String {
+    let cfg = Config::load(config).unwrap();
+    match load_edge(&cfg, "e") {
+        Err(e) => e.to_string(),
+        Ok(l) => panic!(
+            "the config was accepted, with firewall from {}",
+            l.elements[0].source.path
+        ),
+    }
+}
+
+#[test]
+fn an_element_path_that_is_not_a_directory_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = write_config(tmp.path(), "[elemnts]");
+    let err = load_error(&config);
+    assert!(err.contains(&config.display().to_string()), "{err}");
+    assert!(err.contains("`elemnts`"), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+
+    std::fs::write(tmp.path().join("elemnts"), "").unwrap();
+    let err = load_error(&config);
+    assert!(err.contains("`elemnts`"), "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+}
+
+#[test]
+fn a_custom_element_that_cannot_be_read_is_an_error_not_the_standard_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elements = tmp.path().join("elements");
+    std::fs::create_dir(&elements).unwrap();
+    let config = write_config(tmp.path(), "[elements]");
+    let custom = elements.join("firewall.weft");
+
+    // Not UTF-8.
+    std::fs::write(&custom, b"state:\n    pass\n\xff\xfe\n").unwrap();
+    let err = load_error(&config);
+    assert!(err.contains("edge `e`, element `firewall`"), "{err}");
+    assert!(err.contains(&custom.display().to_string()), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+
+    // A directory where the file would be.
+    std::fs::remove_file(&custom).unwrap();
+    std::fs::create_dir(&custom).unwrap();
+    let err = load_error(&config);
+    assert!(err.contains(&custom.display().to_string()), "{err}");
+
+    // Without it, the standard library's firewall is the one.
+    std::fs::remove_dir(&custom).unwrap();
+    let cfg = Config::load(&config).unwrap();
+    let loaded = load_edge(&cfg, "e").unwrap();
+    assert_eq!(loaded.elements[0].source.path, "<std>/firewall.weft");
+}
