@@ -84,6 +84,10 @@ pub enum SimError {
 /// skipped.
 pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
     let mut out = Vec::new();
+    // Each explicit id (as JSON text) and the line that gave it.
+    let mut id_lines: BTreeMap<String, usize> = BTreeMap::new();
+    // Where in `out` the RPCs without an id are.
+    let mut without_id = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
         let l = line.trim();
@@ -151,9 +155,23 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
         if t_resp.is_some_and(|r| r < t) {
             return Err(err("`t_resp` is before `t`".into()));
         }
+        let id = match o.get("id") {
+            None | Some(Json::Null) => {
+                without_id.push(out.len());
+                Json::Null
+            }
+            Some(id) => {
+                if let Some(first) = id_lines.insert(id.to_string(), line_no) {
+                    return Err(err(format!(
+                        "id {id} is also the id of line {first}; each RPC of a trace has its own"
+                    )));
+                }
+                id.clone()
+            }
+        };
         out.push(TraceLine::Rpc(TraceRpc {
             line: line_no,
-            id: o.get("id").cloned().unwrap_or_else(|| json!(line_no)),
+            id,
             t,
             method: o
                 .get("method")
@@ -177,6 +195,34 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
                 .to_owned(),
             t_resp,
         }));
+    }
+    // A line without an id gets its line number, unless an explicit id is that number (the
+    // RPC with that id is another one): then a number no id of the trace uses.
+    let explicit: BTreeSet<u64> = id_lines
+        .keys()
+        .filter_map(|k| k.parse::<u64>().ok())
+        .collect();
+    let lines: Vec<u64> = without_id
+        .iter()
+        .filter_map(|&k| match &out[k] {
+            TraceLine::Rpc(r) => Some(r.line as u64),
+            TraceLine::Control(_) => None,
+        })
+        .collect();
+    let mut fresh = explicit
+        .iter()
+        .chain(&lines)
+        .max()
+        .map_or(1, |m| m.saturating_add(1));
+    for k in without_id {
+        if let TraceLine::Rpc(r) = &mut out[k] {
+            let mut id = r.line as u64;
+            if explicit.contains(&id) {
+                id = fresh;
+                fresh = fresh.saturating_add(1);
+            }
+            r.id = json!(id);
+        }
     }
     Ok(out)
 }
@@ -591,8 +637,9 @@ fn run(
 
 /// The `rpc_id()` of each RPC, unique within the run: per-RPC metadata is keyed by it, so two
 /// RPCs in flight must never share one. A trace id that is a number (`parse_trace` gives an
-/// RPC without an id its line number) is used as given the first time; any other id, or a
-/// number already taken, gets the next number above every numeric id of the trace.
+/// RPC without an id one no other line has, and refuses repeats) is used as given the first
+/// time; any other id, or a number already taken (lines built without `parse_trace`), gets
+/// the next number above every numeric id of the trace.
 fn rpc_ids(rpcs: &[&TraceRpc]) -> Vec<u64> {
     let numeric: Vec<Option<u64>> = rpcs.iter().map(|r| r.id.as_u64()).collect();
     let mut fresh = numeric
