@@ -238,9 +238,16 @@ impl Config {
                 Some("add `edges:` with one entry per communication edge, e.g. `frontend->echo:`"),
             ));
         };
-        let mut edges = Vec::new();
-        for (name, body) in edges_yaml {
-            let name = yaml_key(name);
+        let mut edges: Vec<Edge> = Vec::new();
+        for (key, body) in edges_yaml {
+            let name = yaml_key(key);
+            // YAML tells `1:` from `"1":`; an edge name (`--edge 1`) does not.
+            if edges.iter().any(|e| e.name == name) {
+                return Err(p.err(
+                    format!("edge `{name}` is listed twice (as keys that differ only in YAML type, such as `1` and `\"1\"`)"),
+                    Some("give each edge its own name"),
+                ));
+            }
             edges.push(p.edge(&name, body)?);
         }
         Ok(Config {

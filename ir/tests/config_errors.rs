@@ -78,3 +78,14 @@ fn a_custom_element_that_cannot_be_read_is_an_error_not_the_standard_one() {
     let loaded = load_edge(&cfg, "e").unwrap();
     assert_eq!(loaded.elements[0].source.path, "<std>/firewall.weft");
 }
+
+#[test]
+fn two_edge_keys_that_name_one_edge_are_an_error() {
+    let yaml = "protos: [echo.proto]\nedges:\n  1:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [logging]\n  \"1\":\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [metrics]\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .expect_err("two edges named `1`")
+        .to_string();
+    assert!(err.starts_with("weft.yaml"), "{err}");
+    assert!(err.contains("edge `1`"), "{err}");
+    assert!(err.contains("twice"), "{err}");
+}
