@@ -21,7 +21,7 @@ use weft_hostcalls::state::{CellKind, Consistency, SharedState, StateStore, VarS
 use weft_hostcalls::{Code, Message, Value};
 
 use crate::check::coerce_value;
-use crate::config::{Position, Side};
+use crate::config::{ElementUse, Position, Side};
 use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
 use crate::ir::Element;
 use crate::json;
@@ -742,30 +742,13 @@ impl Sim<'_> {
                 SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", self.scope(k)));
             let store = self.executor.wrap_store(&ir, Box::new(store));
             let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
-            instance.max_iterations = el.use_.iteration_limit();
             let mut host = Host {
                 clock: &self.clock,
                 channels: &mut self.channels,
             };
-            interp::run_init(&mut instance, &ir, &mut host).map_err(|e| SimError::Element {
-                element: el.use_.name.clone(),
-                message: format!("`init` failed: {e}"),
-            })?;
-            // Local state is per instance, so each one gets the configured values (and the
-            // control-plane writes so far); shared state is one variable, written once, after
-            // the first instance's `init`, so a replica joining later does not reset it.
             let first = self.configured.insert(k);
-            for (var, value) in &el.use_.state {
-                if !first && is_shared(&ir, var) {
-                    continue;
-                }
-                write_state(instance.store.as_mut(), &ir, var, None, value.clone()).map_err(
-                    |message| SimError::Element {
-                        element: el.use_.name.clone(),
-                        message: format!("config state `{var}`: {message}"),
-                    },
-                )?;
-            }
+            start_instance(&mut instance, &ir, &el.use_, first, &mut host)?;
+            // Local state is per instance, so each one gets the control-plane writes so far.
             for c in self.control.iter().filter(|c| c.element == el.use_.name) {
                 control_apply(instance.store.as_mut(), &ir, c)?;
             }
@@ -1029,6 +1012,36 @@ impl Sim<'_> {
             by: flight.by,
         })
     }
+}
+
+/// Starts a new instance of a configured element as every executor starts one (the
+/// simulator, `weft bench`): with its iteration limit, which holds `init` too, then `init`,
+/// then the config's `state:` values.
+///
+/// Local state is per instance, so each one gets the configured values; shared state is one
+/// variable, written only when `first` (the element's first instance), so a replica joining
+/// later does not reset it.
+pub fn start_instance(
+    instance: &mut Instance,
+    ir: &Element,
+    use_: &ElementUse,
+    first: bool,
+    host: &mut Host<'_>,
+) -> Result<(), SimError> {
+    let err = |message: String| SimError::Element {
+        element: use_.name.clone(),
+        message,
+    };
+    instance.max_iterations = use_.iteration_limit();
+    interp::run_init(instance, ir, host).map_err(|e| err(format!("`init` failed: {e}")))?;
+    for (var, value) in &use_.state {
+        if !first && is_shared(ir, var) {
+            continue;
+        }
+        write_state(instance.store.as_mut(), ir, var, None, value.clone())
+            .map_err(|message| err(format!("config state `{var}`: {message}")))?;
+    }
+    Ok(())
 }
 
 /// Mutable borrows of the instances at distinct indices `at`, in that order.

@@ -412,3 +412,63 @@ fn plan_reports_contradictory_pins_naming_edge_and_element() {
     assert!(err.contains("edge `a->b`, element `metrics`"), "{err}");
     assert!(err.contains("channel `latency`"), "{err}");
 }
+
+/// A config in `dir` with edge `e` (echo.Echo/Say) listing `any` (YAML, indented 6).
+fn echo_config(dir: &std::path::Path, any: &str) -> PathBuf {
+    let cfg = dir.join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "protos: [{}]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n{any}",
+            root().join("examples/echo/echo.proto").display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+fn bench_starts_instances_as_sim_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The config's `state:` is written after `init`: bob is denied.
+    let cfg = echo_config(
+        tmp.path(),
+        "      - element: firewall\n        params: {field: user, deny: [mallory]}\n        state: {denied: {bob: true}}\n",
+    );
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "20",
+        "--message",
+        r#"{"user": "bob"}"#,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("(0 of 20 reached the server)"), "{text}");
+    assert!(text.contains("firewall rejected 20"), "{text}");
+
+    // `max_iterations` holds `init` too: four names to deny are four iterations.
+    let cfg = echo_config(
+        tmp.path(),
+        "      - element: firewall\n        params: {field: user, deny: [a, b, c, mallory]}\n        max_iterations: 2\n",
+    );
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "20",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("more than 2 foreach iterations"),
+        "{}",
+        stderr(&out)
+    );
+}

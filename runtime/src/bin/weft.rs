@@ -15,7 +15,7 @@ use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
-use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
+use weft_ir::sim::{SimOptions, parse_trace, simulate_with, start_instance};
 use weft_jit::rig::{Rig, RunOutcome, ns_per_rpc, time_batches};
 use weft_jit::{Fusion, Jit};
 
@@ -82,6 +82,7 @@ enum Command {
     /// Run an edge's chain over N pre-encoded copies of a request (and its response) in one
     /// process and print nanoseconds per RPC for each executor: of the chain alone (copies
     /// made before each timed batch), and with the copying and draining counted too.
+    /// Instances start as in `sim`: `init` held to `max_iterations`, then the `state:` values.
     Bench {
         #[arg(long)]
         config: PathBuf,
@@ -646,10 +647,16 @@ fn cmd_bench(
     );
     let mut results = Vec::new();
     for (name, fusion) in kinds {
-        let mut rig = Rig::new(&elements, *fusion, request.clone(), response.clone())?;
-        for (inst, el) in rig.instances.iter_mut().zip(&loaded.elements) {
-            inst.max_iterations = el.use_.iteration_limit();
-        }
+        let mut rig = Rig::with_start(
+            &elements,
+            *fusion,
+            request.clone(),
+            response.clone(),
+            |k, inst, host| -> Result<()> {
+                start_instance(inst, &elements[k], &loaded.elements[k].use_, true, host)?;
+                Ok(())
+            },
+        )?;
         // Warm up (compiles nothing more; fills caches and allocator pools).
         for _ in 0..n.min(1000) {
             rig.run();
