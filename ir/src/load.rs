@@ -228,6 +228,15 @@ pub fn load_edge_with_schema(
                 }
             }
         }
+        // State declarations do not depend on the method: any checked form will do.
+        if let Some(checked) = ir.values().next() {
+            check_config_state(checked, use_).map_err(|message| LoadError::Element {
+                config: config.file.clone(),
+                edge: edge.name.clone(),
+                element: use_.name.clone(),
+                message,
+            })?;
+        }
         let (errs, warns): (Vec<Diagnostic>, Vec<Diagnostic>) =
             diags.into_iter().partition(Diagnostic::is_error);
         errors += errs.len();
@@ -255,6 +264,34 @@ pub fn load_edge_with_schema(
         elements,
         warnings,
     })
+}
+
+/// The config's `state:` values name variables the element declares, with values of their
+/// types: checked here, with the parameters, so `plan`, `equiv` and `bench` refuse what
+/// would otherwise fail only when an instance starts.
+fn check_config_state(ir: &Element, use_: &ElementUse) -> Result<(), String> {
+    for (var, value) in &use_.state {
+        let Some(v) = ir.var(var) else {
+            let names: Vec<&str> = ir.state.iter().map(|v| v.name.as_str()).collect();
+            let hint = crate::diag::did_you_mean(var, names.iter().copied()).unwrap_or_else(|| {
+                if names.is_empty() {
+                    "it declares no state".into()
+                } else {
+                    format!("its state variables: {}", names.join(", "))
+                }
+            });
+            return Err(format!(
+                "`state` sets `{var}`, which the element does not declare; {hint}"
+            ));
+        };
+        let ty = &ir.state[v].ty;
+        if let Err(found) = crate::check::coerce_value(value.clone(), ty) {
+            return Err(format!(
+                "`state` gives `{var}` a {found}, but it is declared `{ty}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.

@@ -89,3 +89,40 @@ fn two_edge_keys_that_name_one_edge_are_an_error() {
     assert!(err.contains("edge `1`"), "{err}");
     assert!(err.contains("twice"), "{err}");
 }
+
+/// The error loading edge `e` of a config beside examples/echo's proto with `any` (YAML,
+/// indented 6).
+fn edge_error(any: &str) -> String {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = format!(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n{any}"
+    );
+    let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+    match load_edge(&cfg, "e") {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("the config was accepted:\n{yaml}"),
+    }
+}
+
+#[test]
+fn config_state_is_checked_when_the_edge_loads() {
+    let acl = |state: &str| {
+        format!(
+            "      - element: firewall\n        name: acl\n        params: {{field: user, deny: [mallory]}}\n        state: {state}\n"
+        )
+    };
+    let err = edge_error(&acl("{denid: {bob: true}}"));
+    assert!(
+        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        "{err}"
+    );
+    assert!(err.contains("`denid`"), "{err}");
+    assert!(err.contains("did you mean `denied`?"), "{err}");
+    let err = edge_error(&acl("{denied: [bob]}"));
+    assert!(
+        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        "{err}"
+    );
+    assert!(err.contains("`denied`"), "{err}");
+    assert!(err.contains("Map<string, bool>"), "{err}");
+}
