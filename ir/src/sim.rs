@@ -102,11 +102,37 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
         let Json::Object(o) = &j else {
             return Err(err("each line must be a JSON object".into()));
         };
+        // A misspelt key would otherwise be an RPC without what it meant to give.
+        let known = |what: &str, o: &serde_json::Map<String, Json>, keys: &[&str]| match o
+            .keys()
+            .find(|k| !keys.contains(&k.as_str()))
+        {
+            None => Ok(()),
+            Some(k) => {
+                // `reqest` is too far from `req` for the edit distance, but starts with it.
+                let prefix = keys
+                    .iter()
+                    .filter(|c| c.len() >= 3 && k.starts_with(*c))
+                    .max_by_key(|c| c.len())
+                    .map(|c| format!("did you mean `{c}`?"));
+                let hint = crate::diag::did_you_mean(k, keys.iter().copied())
+                    .or(prefix)
+                    .unwrap_or_else(|| format!("the keys of {what}: {}", keys.join(", ")));
+                Err(err(format!("unknown key `{k}`; {hint}")))
+            }
+        };
         let t = o
             .get("t")
             .map_or(Some(0.0), Json::as_f64)
             .ok_or_else(|| err("`t` must be a number of seconds".into()))?;
         if let Some(c) = o.get("control") {
+            known("a control line", o, &["t", "control"])?;
+            let Json::Object(c) = c else {
+                return Err(err(
+                    "`control` is an object with `element`, `var`, `value` and maybe `key`".into(),
+                ));
+            };
+            known("`control`", c, &["element", "var", "key", "value"])?;
             let field = |k: &str| c.get(k).and_then(Json::as_str).map(str::to_owned);
             out.push(TraceLine::Control(TraceControl {
                 t,
@@ -120,6 +146,28 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
             }));
             continue;
         }
+        known(
+            "an RPC line",
+            o,
+            &[
+                "id",
+                "t",
+                "method",
+                "src",
+                "headers",
+                "req",
+                "resp",
+                "resp_headers",
+                "status",
+                "status_message",
+                "t_resp",
+            ],
+        )?;
+        let text = |k: &str, default: &str| match o.get(k) {
+            None | Some(Json::Null) => Ok(default.to_owned()),
+            Some(Json::String(s)) => Ok(s.clone()),
+            Some(_) => Err(err(format!("`{k}` is a string"))),
+        };
         let headers = |k: &str| -> Result<BTreeMap<String, String>, SimError> {
             match o.get(k) {
                 None | Some(Json::Null) => Ok(BTreeMap::new()),
@@ -173,26 +221,14 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
             line: line_no,
             id,
             t,
-            method: o
-                .get("method")
-                .and_then(Json::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            src: o
-                .get("src")
-                .and_then(Json::as_str)
-                .unwrap_or("client")
-                .to_owned(),
+            method: text("method", "")?,
+            src: text("src", "client")?,
             headers: headers("headers")?,
             req: o.get("req").cloned().unwrap_or_else(|| json!({})),
             resp: o.get("resp").cloned().unwrap_or_else(|| json!({})),
             resp_headers: headers("resp_headers")?,
             status,
-            status_message: o
-                .get("status_message")
-                .and_then(Json::as_str)
-                .unwrap_or("")
-                .to_owned(),
+            status_message: text("status_message", "")?,
             t_resp,
         }));
     }

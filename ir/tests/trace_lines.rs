@@ -60,3 +60,36 @@ fn two_lines_with_one_id_are_refused_naming_both() {
     assert_eq!(line, 2);
     assert!(message.contains("line 1"), "{message}");
 }
+
+#[test]
+fn unknown_keys_and_mistyped_fields_are_refused() {
+    let (line, message) = trace_error("# c\n{\"id\": 1, \"reqest\": {\"user\": \"mallory\"}}\n");
+    assert_eq!(line, 2);
+    assert!(message.contains("unknown key `reqest`"), "{message}");
+    assert!(message.contains("did you mean `req`?"), "{message}");
+    let (_, message) = trace_error("{\"statsu\": \"UNAVAILABLE\"}\n");
+    assert!(message.contains("did you mean `status`?"), "{message}");
+    for key in ["src", "method", "status_message"] {
+        let (line, message) = trace_error(&format!("{{}}\n{{\"{key}\": 7}}\n"));
+        assert_eq!(line, 2);
+        assert!(
+            message.contains(&format!("`{key}` is a string")),
+            "{message}"
+        );
+    }
+    // A control line has its own keys.
+    let (_, message) = trace_error(
+        "{\"t\": 0, \"control\": {\"element\": \"lb\", \"var\": \"replicas\", \"value\": [], \"kye\": 1}}\n",
+    );
+    assert!(message.contains("unknown key `kye`"), "{message}");
+    assert!(message.contains("did you mean `key`?"), "{message}");
+    let (_, message) = trace_error(
+        "{\"t\": 0, \"req\": {}, \"control\": {\"element\": \"lb\", \"var\": \"replicas\", \"value\": []}}\n",
+    );
+    assert!(message.contains("unknown key `req`"), "{message}");
+    // Every documented key is known.
+    parse_trace(
+        "{\"id\": 7, \"t\": 0.25, \"method\": \"echo.Echo/Say\", \"src\": \"frontend-0\", \"headers\": {\"x-user-tier\": \"gold\"}, \"req\": {}, \"resp\": {}, \"resp_headers\": {}, \"status\": \"OK\", \"status_message\": \"\", \"t_resp\": 0.27}\n{\"t\": 0, \"control\": {\"element\": \"lb\", \"var\": \"replicas\", \"key\": \"a\", \"value\": 1}}\n",
+    )
+    .unwrap();
+}
