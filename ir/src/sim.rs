@@ -881,6 +881,20 @@ impl Sim<'_> {
             line: r.line,
             message,
         };
+        if r.method.is_empty() && self.edge.methods.len() > 1 {
+            // Taking the first would run the RPC as a method it may not be.
+            let names: Vec<&str> = self
+                .edge
+                .methods
+                .iter()
+                .map(|m| m.full_name.as_str())
+                .collect();
+            return Err(line_err(format!(
+                "no `method`, and edge `{}` has several: {}; name one",
+                self.edge.edge.name,
+                names.join(", ")
+            )));
+        }
         let method_pos = self
             .edge
             .methods

@@ -93,3 +93,30 @@ fn unknown_keys_and_mistyped_fields_are_refused() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_line_without_a_method_on_an_edge_of_several_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("multi.proto"),
+        "syntax = \"proto3\";\npackage m;\nservice S {\n  rpc A(ReqA) returns (Rep);\n  rpc B(ReqB) returns (Rep);\n}\nmessage ReqA { string user = 1; }\nmessage ReqB { string name = 1; string user = 2; }\nmessage Rep { string body = 1; }\n",
+    )
+    .unwrap();
+    let yaml = "protos: [multi.proto]\nedges:\n  e:\n    from: f\n    to: s\n    method: m.S/*\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let e = load_edge(&cfg, "e").unwrap();
+    let err = run(
+        &e,
+        "{\"id\": 1, \"method\": \"B\", \"req\": {\"name\": \"x\"}}\n{\"id\": 2, \"req\": {\"user\": \"x\"}}\n",
+    )
+    .unwrap_err();
+    let SimError::Trace { line, message } = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(line, 2);
+    assert!(message.contains("`method`"), "{message}");
+    assert!(message.contains("m.S/A, m.S/B"), "{message}");
+    // On an edge of one method it may be left out.
+    let (_, e) = edge("    any: [logging]\n");
+    run(&e, "{\"req\": {\"user\": \"x\"}}\n").unwrap();
+}
