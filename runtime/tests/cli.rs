@@ -472,3 +472,41 @@ fn bench_starts_instances_as_sim_does() {
         stderr(&out)
     );
 }
+
+#[test]
+fn check_refuses_a_method_it_cannot_check_against() {
+    // --method without a proto to find it in.
+    let out = weft(&[
+        "check",
+        "--method",
+        "no.Such/Method",
+        "elements/firewall.weft",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--method") && err.contains("--proto"), "{err}");
+
+    // A proto of messages only: fields would be checked against nothing.
+    let tmp = tempfile::tempdir().unwrap();
+    let proto = tmp.path().join("msgs.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\";\npackage m;\nmessage A { string user = 1; }\n",
+    )
+    .unwrap();
+    let out = weft(&[
+        "check",
+        "--proto",
+        proto.to_str().unwrap(),
+        "elements/firewall.weft",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{} defines no service method to check against",
+            proto.display()
+        )),
+        "{err}"
+    );
+}

@@ -34,11 +34,12 @@ struct Cli {
 enum Command {
     /// Parse and type-check element files; exit 1 if any has an error.
     Check {
-        /// .proto files with the services' messages (fields are checked against them).
+        /// .proto files with the services' messages (fields are checked against them); they
+        /// must define a service method. Without any, fields are not checked.
         #[arg(long = "proto")]
         protos: Vec<PathBuf>,
-        /// Check against this method (`pkg.Service/Method`); default: every method in the
-        /// protos, reporting for the one the element fits best.
+        /// Check against this method (`pkg.Service/Method`) of the protos; default: every
+        /// method in the protos, reporting for the one the element fits best.
         #[arg(long)]
         method: Option<String>,
         #[arg(required = true)]
@@ -240,14 +241,35 @@ fn load_schema(protos: &[PathBuf]) -> Result<Option<Schema>> {
     Ok(Some(Schema::load(protos, &none)?))
 }
 
-fn methods_of(schema: &Option<Schema>, method: Option<&str>) -> Result<Vec<MethodSchema>> {
+/// The methods to check against: `method`, or every method of the protos; none without
+/// protos (fields are then not checked). A method without protos, or protos without a
+/// method, would check nothing the user asked for, so both are refused.
+fn methods_of(
+    protos: &[PathBuf],
+    schema: &Option<Schema>,
+    method: Option<&str>,
+) -> Result<Vec<MethodSchema>> {
     let Some(schema) = schema else {
+        if let Some(m) = method {
+            bail!("--method {m} needs the proto that defines it: pass it with --proto");
+        }
         return Ok(Vec::new());
     };
-    Ok(match method {
+    let methods = match method {
         Some(m) => vec![schema.method(m)?],
         None => schema.methods(),
-    })
+    };
+    if methods.is_empty() {
+        let names: Vec<String> = protos.iter().map(|p| p.display().to_string()).collect();
+        let (names, verb) = match names.as_slice() {
+            [one] => (one.clone(), "defines"),
+            _ => (names.join(", "), "define"),
+        };
+        bail!(
+            "{names} {verb} no service method to check against; pass --method or a proto with a service"
+        );
+    }
+    Ok(methods)
 }
 
 fn read_source(path: &Path) -> Result<SourceFile> {
@@ -258,7 +280,7 @@ fn read_source(path: &Path) -> Result<SourceFile> {
 
 fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Result<ExitCode> {
     let schema = load_schema(protos)?;
-    let methods = methods_of(&schema, method)?;
+    let methods = methods_of(protos, &schema, method)?;
     let mut failed = 0;
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
@@ -353,7 +375,7 @@ fn cmd_props(
     file: &Path,
 ) -> Result<ExitCode> {
     let schema = load_schema(protos)?;
-    let methods = methods_of(&schema, method)?;
+    let methods = methods_of(protos, &schema, method)?;
     if methods.len() > 1 {
         let names: Vec<&str> = methods.iter().map(|m| m.full_name.as_str()).collect();
         bail!(
