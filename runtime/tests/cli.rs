@@ -510,3 +510,19 @@ fn check_refuses_a_method_it_cannot_check_against() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_refuses_zero_rpcs() {
+    let out = weft(&[
+        "bench",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--n",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("NaN"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("--n"), "{}", stderr(&out));
+}

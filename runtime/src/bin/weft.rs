@@ -635,6 +635,9 @@ fn cmd_bench(
     n: u64,
     message: Option<&str>,
 ) -> Result<ExitCode> {
+    if n == 0 {
+        bail!("--n is the number of RPCs to time: at least 1");
+    }
     let cfg = Config::load(config)?;
     let loaded = load_edge(&cfg, edge)?;
     let method = loaded
