@@ -526,3 +526,25 @@ fn bench_refuses_zero_rpcs() {
     assert!(!stdout(&out).contains("NaN"), "{}", stdout(&out));
     assert!(stderr(&out).contains("--n"), "{}", stderr(&out));
 }
+
+#[test]
+fn bench_says_an_edge_without_elements_has_nothing_to_bench() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = echo_config(tmp.path(), "");
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("edge `e` has no elements to bench"),
+        "{}",
+        stderr(&out)
+    );
+}

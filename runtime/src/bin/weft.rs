@@ -640,6 +640,11 @@ fn cmd_bench(
     }
     let cfg = Config::load(config)?;
     let loaded = load_edge(&cfg, edge)?;
+    if loaded.elements.is_empty() {
+        // The JIT compiles no empty segment; the interpreter's figure alone would only time
+        // the harness.
+        bail!("edge `{edge}` has no elements to bench");
+    }
     let method = loaded
         .methods
         .first()
