@@ -199,14 +199,7 @@ impl Config {
         p.known_keys(
             "the top level",
             &root,
-            &[
-                "version",
-                "protos",
-                "proto_include",
-                "element_paths",
-                "sim",
-                "edges",
-            ],
+            &["protos", "proto_include", "element_paths", "sim", "edges"],
         )?;
         let paths = |key: &str| -> Result<Vec<PathBuf>, ConfigError> {
             p.strings(key, root.get(key))?

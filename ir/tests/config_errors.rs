@@ -126,3 +126,13 @@ fn config_state_is_checked_when_the_edge_loads() {
     assert!(err.contains("`denied`"), "{err}");
     assert!(err.contains("Map<string, bool>"), "{err}");
 }
+
+#[test]
+fn version_is_not_a_config_key() {
+    // Nothing reads it, so any value was accepted and meant nothing.
+    let yaml = "version: {totally: bogus}\nprotos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .expect_err("`version` is refused")
+        .to_string();
+    assert!(err.contains("unknown key `version`"), "{err}");
+}
