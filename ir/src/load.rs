@@ -221,7 +221,16 @@ pub fn load_edge_with_schema(
                     method: Some(m),
                     params: Some(&use_.params),
                 };
-                let (element, d) = check(&ast, &env);
+                let (element, mut d) = check(&ast, &env);
+                // The element is checked with this instance's parameters and the edge's
+                // methods, so its errors are this entry's: name it, as the config's own errors
+                // do (the caret points into a source other instances may share).
+                for x in d.iter_mut().filter(|x| x.is_error()) {
+                    x.message = format!(
+                        "edge `{}`, element `{}`: {}",
+                        edge.name, use_.name, x.message
+                    );
+                }
                 push_unique(&mut diags, &mut seen, d);
                 if let Some(e) = element {
                     ir.insert(m.full_name.clone(), Arc::new(e));

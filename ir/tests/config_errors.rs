@@ -136,3 +136,18 @@ fn version_is_not_a_config_key() {
         .to_string();
     assert!(err.contains("unknown key `version`"), "{err}");
 }
+
+#[test]
+fn parameter_errors_name_the_edge_and_the_instance() {
+    // Two instances of one element: the caret points into its source, which both share.
+    let err = edge_error(
+        "      - ratelimit: {capacity: 5, rate: 1}\n      - element: ratelimit\n        name: rl2\n        params: {capacity: five}\n",
+    );
+    assert!(
+        err.contains(
+            "error: edge `e`, element `rl2`: the chain config gives parameter `capacity` a string"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("element `ratelimit`"), "{err}");
+}
