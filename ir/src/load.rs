@@ -18,8 +18,10 @@ use crate::stdlib;
 pub enum LoadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{file}: {source}")]
-    Schema { file: String, source: SchemaError },
+    // Not `source`: thiserror would make it the error's source as well, and a chain of
+    // errors printed whole (`anyhow`'s `{:#}`) would say it twice.
+    #[error("{file}: {error}")]
+    Schema { file: String, error: SchemaError },
     #[error("{config}: edge `{edge}`, element `{element}`: {message}")]
     Element {
         config: String,
@@ -91,9 +93,9 @@ pub fn load_schema_with_inputs(config: &Config) -> (Result<Schema, LoadError>, V
         );
     }
     let (schema, inputs) = Schema::load_with_inputs(&config.protos, &config.proto_include);
-    let schema = schema.map_err(|source| LoadError::Schema {
+    let schema = schema.map_err(|error| LoadError::Schema {
         file: config.file.clone(),
-        source,
+        error,
     });
     (schema, inputs)
 }

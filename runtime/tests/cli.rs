@@ -548,3 +548,28 @@ fn bench_says_an_edge_without_elements_has_nothing_to_bench() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_proto_that_does_not_compile_is_reported_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("bad.proto"),
+        "syntax = \"proto3\";\npackage x;\nmessage A { strin a = 1; }\nservice S { rpc M(A) returns (A); }\n",
+    )
+    .unwrap();
+    let cfg = tmp.path().join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        "protos: [bad.proto]\nedges:\n  e: {from: a, to: b, method: x.S/M}\n",
+    )
+    .unwrap();
+    let out = weft(&["plan", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("name 'strin' is not defined").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains(&cfg.display().to_string()), "{err}");
+}
