@@ -995,7 +995,7 @@ impl Sim<'_> {
             None if r.status == Code::Ok => {
                 let bytes = wire::json_to_bytes(&method.response, &r.resp).map_err(|e| {
                     SimError::Trace {
-                        line: 0,
+                        line: r.line,
                         message: format!("rpc {}: `resp`: {e}", r.id),
                     }
                 })?;

@@ -120,3 +120,18 @@ fn a_line_without_a_method_on_an_edge_of_several_is_refused() {
     let (_, e) = edge("    any: [logging]\n");
     run(&e, "{\"req\": {\"user\": \"x\"}}\n").unwrap();
 }
+
+#[test]
+fn an_error_in_a_response_names_its_line() {
+    let (_, e) = edge("    any: [logging]\n");
+    let err = run(
+        &e,
+        "# the server's answer has a field its type lacks\n{\"id\": 1, \"resp\": {\"bogus\": 1}}\n",
+    )
+    .unwrap_err();
+    let SimError::Trace { line, message } = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(line, 2, "{message}");
+    assert!(message.contains("`resp`"), "{message}");
+}
