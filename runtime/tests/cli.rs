@@ -573,3 +573,28 @@ fn a_proto_that_does_not_compile_is_reported_once() {
     );
     assert!(err.contains(&cfg.display().to_string()), "{err}");
 }
+
+#[test]
+fn check_reports_a_missing_file_and_checks_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.weft");
+    std::fs::write(&bad, "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    x = get(rpc, 'usr')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n").unwrap();
+    let missing = tmp.path().join("missing.weft");
+    let out = weft(&[
+        "check",
+        "--proto",
+        "examples/echo/echo.proto",
+        "elements/firewall.weft",
+        missing.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: error: cannot read it", missing.display())),
+        "{err}"
+    );
+    // The file after it was checked too.
+    assert!(err.contains("did you mean `user`?"), "{err}");
+    assert!(err.contains("weft: 2 of 3 file(s) have errors"), "{err}");
+}

@@ -285,7 +285,17 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     for path in files {
-        let src = read_source(path)?;
+        // One file that cannot be read is one file with an error: the others are still
+        // checked and counted.
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                writeln!(err, "{}: error: cannot read it: {e}", path.display())?;
+                failed += 1;
+                continue;
+            }
+        };
+        let src = SourceFile::new(path.display().to_string(), text);
         let (ast, mut diags) = parse(&src);
         if !has_errors(&diags) {
             let name = path
