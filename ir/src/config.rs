@@ -199,14 +199,7 @@ impl Config {
         p.known_keys(
             "the top level",
             &root,
-            &[
-                "version",
-                "protos",
-                "proto_include",
-                "element_paths",
-                "sim",
-                "edges",
-            ],
+            &["protos", "proto_include", "element_paths", "sim", "edges"],
         )?;
         let paths = |key: &str| -> Result<Vec<PathBuf>, ConfigError> {
             p.strings(key, root.get(key))?
@@ -238,9 +231,16 @@ impl Config {
                 Some("add `edges:` with one entry per communication edge, e.g. `frontend->echo:`"),
             ));
         };
-        let mut edges = Vec::new();
-        for (name, body) in edges_yaml {
-            let name = yaml_key(name);
+        let mut edges: Vec<Edge> = Vec::new();
+        for (key, body) in edges_yaml {
+            let name = yaml_key(key);
+            // YAML tells `1:` from `"1":`; an edge name (`--edge 1`) does not.
+            if edges.iter().any(|e| e.name == name) {
+                return Err(p.err(
+                    format!("edge `{name}` is listed twice (as keys that differ only in YAML type, such as `1` and `\"1\"`)"),
+                    Some("give each edge its own name"),
+                ));
+            }
             edges.push(p.edge(&name, body)?);
         }
         Ok(Config {
@@ -252,6 +252,39 @@ impl Config {
             sim,
             edges,
         })
+    }
+
+    /// Every `element_paths` entry must be a directory. A misspelt or missing one would
+    /// otherwise make each element it was meant to provide fall back to the standard
+    /// library's element of the same name, without a word.
+    pub fn check_element_paths(&self) -> Result<(), ConfigError> {
+        for path in &self.element_paths {
+            let problem = match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(_) => "is not a directory".to_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+                Err(e) => format!("cannot be read: {e}"),
+            };
+            // As written in the config, and where that led when it was relative.
+            let entry = path.strip_prefix(&self.dir).unwrap_or(path);
+            let resolved = if entry == path.as_path() {
+                String::new()
+            } else {
+                format!(" ({})", path.display())
+            };
+            return Err(ConfigError {
+                file: self.file.clone(),
+                location: String::new(),
+                message: format!(
+                    "`element_paths` entry `{}`{resolved} {problem}",
+                    entry.display()
+                ),
+                hint: Some(
+                    "each entry is a directory of <element>.weft files; a relative one is resolved against the config's directory".into(),
+                ),
+            });
+        }
+        Ok(())
     }
 
     pub fn edge(&self, name: &str) -> Result<&Edge, ConfigError> {

@@ -18,8 +18,10 @@ use crate::stdlib;
 pub enum LoadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{file}: {source}")]
-    Schema { file: String, source: SchemaError },
+    // Not `source`: thiserror would make it the error's source as well, and a chain of
+    // errors printed whole (`anyhow`'s `{:#}`) would say it twice.
+    #[error("{file}: {error}")]
+    Schema { file: String, error: SchemaError },
     #[error("{config}: edge `{edge}`, element `{element}`: {message}")]
     Element {
         config: String,
@@ -91,9 +93,9 @@ pub fn load_schema_with_inputs(config: &Config) -> (Result<Schema, LoadError>, V
         );
     }
     let (schema, inputs) = Schema::load_with_inputs(&config.protos, &config.proto_include);
-    let schema = schema.map_err(|source| LoadError::Schema {
+    let schema = schema.map_err(|error| LoadError::Schema {
         file: config.file.clone(),
-        source,
+        error,
     });
     (schema, inputs)
 }
@@ -131,19 +133,43 @@ pub fn element_candidates(config: &Config, use_: &ElementUse) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Finds an element's source: the first of [`element_candidates`] that can be read, then
-/// (without an explicit `path`) the standard library.
-pub fn element_source(config: &Config, use_: &ElementUse) -> Option<SourceFile> {
+/// An element's source file that is there but cannot be read (not UTF-8, a directory, no
+/// permission), or its explicit `path` when that cannot be read at all.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("cannot read its file `{}`: {why}", path.display())]
+pub struct UnreadableSource {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// Finds an element's source: the first of [`element_candidates`] that exists, then
+/// (without an explicit `path`) the standard library; `Ok(None)` when there is none.
+///
+/// A candidate that exists but cannot be read is an error, not a reason to look further:
+/// the file is the operator's element, and running the standard one of the same name in
+/// its place would change the chain without a word.
+pub fn element_source(
+    config: &Config,
+    use_: &ElementUse,
+) -> Result<Option<SourceFile>, UnreadableSource> {
     for p in element_candidates(config, use_) {
-        if let Ok(t) = std::fs::read_to_string(&p) {
-            return Some(SourceFile::new(p.display().to_string(), t));
+        match std::fs::read_to_string(&p) {
+            Ok(t) => return Ok(Some(SourceFile::new(p.display().to_string(), t))),
+            // Absent (a dangling link is there, and broken): the next place to look.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && use_.path.is_none()
+                    && std::fs::symlink_metadata(&p).is_err() => {}
+            Err(e) => {
+                return Err(UnreadableSource {
+                    path: p,
+                    why: e.to_string(),
+                });
+            }
         }
     }
-    if use_.path.is_some() {
-        return None;
-    }
-    stdlib::source(&use_.element)
-        .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t))
+    Ok(stdlib::source(&use_.element)
+        .map(|t| SourceFile::new(format!("<std>/{}.weft", use_.element), t)))
 }
 
 /// Loads and checks every element of an edge.
@@ -159,26 +185,20 @@ pub fn load_edge_with_schema(
     schema: Arc<Schema>,
 ) -> Result<LoadedEdge, LoadError> {
     let edge = config.edge(edge_name)?.clone();
+    config.check_element_paths()?;
     let methods = edge_methods(config, &schema, &edge)?;
     let mut elements = Vec::new();
     let mut rendered = String::new();
     let mut warnings = String::new();
     let mut errors = 0;
     for (position, use_) in edge.chain() {
-        let Some(source) = element_source(config, use_) else {
-            if let Some(path) = &use_.path {
-                let full = config.dir.join(path);
-                let why = match std::fs::read_to_string(&full) {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "it changed while being read".to_owned(),
-                };
-                return Err(LoadError::Element {
-                    config: config.file.clone(),
-                    edge: edge.name.clone(),
-                    element: use_.name.clone(),
-                    message: format!("cannot read its file `{}`: {why}", full.display()),
-                });
-            }
+        let found = element_source(config, use_).map_err(|e| LoadError::Element {
+            config: config.file.clone(),
+            edge: edge.name.clone(),
+            element: use_.name.clone(),
+            message: e.to_string(),
+        })?;
+        let Some(source) = found else {
             let mut known: Vec<String> = stdlib::names().map(str::to_owned).collect();
             for dir in &config.element_paths {
                 known.extend(list_elements(dir));
@@ -203,12 +223,30 @@ pub fn load_edge_with_schema(
                     method: Some(m),
                     params: Some(&use_.params),
                 };
-                let (element, d) = check(&ast, &env);
+                let (element, mut d) = check(&ast, &env);
+                // The element is checked with this instance's parameters and the edge's
+                // methods, so its errors are this entry's: name it, as the config's own errors
+                // do (the caret points into a source other instances may share).
+                for x in d.iter_mut().filter(|x| x.is_error()) {
+                    x.message = format!(
+                        "edge `{}`, element `{}`: {}",
+                        edge.name, use_.name, x.message
+                    );
+                }
                 push_unique(&mut diags, &mut seen, d);
                 if let Some(e) = element {
                     ir.insert(m.full_name.clone(), Arc::new(e));
                 }
             }
+        }
+        // State declarations do not depend on the method: any checked form will do.
+        if let Some(checked) = ir.values().next() {
+            check_config_state(checked, use_).map_err(|message| LoadError::Element {
+                config: config.file.clone(),
+                edge: edge.name.clone(),
+                element: use_.name.clone(),
+                message,
+            })?;
         }
         let (errs, warns): (Vec<Diagnostic>, Vec<Diagnostic>) =
             diags.into_iter().partition(Diagnostic::is_error);
@@ -237,6 +275,34 @@ pub fn load_edge_with_schema(
         elements,
         warnings,
     })
+}
+
+/// The config's `state:` values name variables the element declares, with values of their
+/// types: checked here, with the parameters, so `plan`, `equiv` and `bench` refuse what
+/// would otherwise fail only when an instance starts.
+fn check_config_state(ir: &Element, use_: &ElementUse) -> Result<(), String> {
+    for (var, value) in &use_.state {
+        let Some(v) = ir.var(var) else {
+            let names: Vec<&str> = ir.state.iter().map(|v| v.name.as_str()).collect();
+            let hint = crate::diag::did_you_mean(var, names.iter().copied()).unwrap_or_else(|| {
+                if names.is_empty() {
+                    "it declares no state".into()
+                } else {
+                    format!("its state variables: {}", names.join(", "))
+                }
+            });
+            return Err(format!(
+                "`state` sets `{var}`, which the element does not declare; {hint}"
+            ));
+        };
+        let ty = &ir.state[v].ty;
+        if let Err(found) = crate::check::coerce_value(value.clone(), ty) {
+            return Err(format!(
+                "`state` gives `{var}` a {found}, but it is declared `{ty}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.

@@ -21,7 +21,7 @@ use weft_hostcalls::state::{CellKind, Consistency, SharedState, StateStore, VarS
 use weft_hostcalls::{Code, Message, Value};
 
 use crate::check::coerce_value;
-use crate::config::{Position, Side};
+use crate::config::{ElementUse, Position, Side};
 use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
 use crate::ir::Element;
 use crate::json;
@@ -84,6 +84,10 @@ pub enum SimError {
 /// skipped.
 pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
     let mut out = Vec::new();
+    // Each explicit id (as JSON text) and the line that gave it.
+    let mut id_lines: BTreeMap<String, usize> = BTreeMap::new();
+    // Where in `out` the RPCs without an id are.
+    let mut without_id = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
         let l = line.trim();
@@ -98,11 +102,37 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
         let Json::Object(o) = &j else {
             return Err(err("each line must be a JSON object".into()));
         };
+        // A misspelt key would otherwise be an RPC without what it meant to give.
+        let known = |what: &str, o: &serde_json::Map<String, Json>, keys: &[&str]| match o
+            .keys()
+            .find(|k| !keys.contains(&k.as_str()))
+        {
+            None => Ok(()),
+            Some(k) => {
+                // `reqest` is too far from `req` for the edit distance, but starts with it.
+                let prefix = keys
+                    .iter()
+                    .filter(|c| c.len() >= 3 && k.starts_with(*c))
+                    .max_by_key(|c| c.len())
+                    .map(|c| format!("did you mean `{c}`?"));
+                let hint = crate::diag::did_you_mean(k, keys.iter().copied())
+                    .or(prefix)
+                    .unwrap_or_else(|| format!("the keys of {what}: {}", keys.join(", ")));
+                Err(err(format!("unknown key `{k}`; {hint}")))
+            }
+        };
         let t = o
             .get("t")
             .map_or(Some(0.0), Json::as_f64)
             .ok_or_else(|| err("`t` must be a number of seconds".into()))?;
         if let Some(c) = o.get("control") {
+            known("a control line", o, &["t", "control"])?;
+            let Json::Object(c) = c else {
+                return Err(err(
+                    "`control` is an object with `element`, `var`, `value` and maybe `key`".into(),
+                ));
+            };
+            known("`control`", c, &["element", "var", "key", "value"])?;
             let field = |k: &str| c.get(k).and_then(Json::as_str).map(str::to_owned);
             out.push(TraceLine::Control(TraceControl {
                 t,
@@ -116,6 +146,28 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
             }));
             continue;
         }
+        known(
+            "an RPC line",
+            o,
+            &[
+                "id",
+                "t",
+                "method",
+                "src",
+                "headers",
+                "req",
+                "resp",
+                "resp_headers",
+                "status",
+                "status_message",
+                "t_resp",
+            ],
+        )?;
+        let text = |k: &str, default: &str| match o.get(k) {
+            None | Some(Json::Null) => Ok(default.to_owned()),
+            Some(Json::String(s)) => Ok(s.clone()),
+            Some(_) => Err(err(format!("`{k}` is a string"))),
+        };
         let headers = |k: &str| -> Result<BTreeMap<String, String>, SimError> {
             match o.get(k) {
                 None | Some(Json::Null) => Ok(BTreeMap::new()),
@@ -151,32 +203,62 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
         if t_resp.is_some_and(|r| r < t) {
             return Err(err("`t_resp` is before `t`".into()));
         }
+        let id = match o.get("id") {
+            None | Some(Json::Null) => {
+                without_id.push(out.len());
+                Json::Null
+            }
+            Some(id) => {
+                if let Some(first) = id_lines.insert(id.to_string(), line_no) {
+                    return Err(err(format!(
+                        "id {id} is also the id of line {first}; each RPC of a trace has its own"
+                    )));
+                }
+                id.clone()
+            }
+        };
         out.push(TraceLine::Rpc(TraceRpc {
             line: line_no,
-            id: o.get("id").cloned().unwrap_or_else(|| json!(line_no)),
+            id,
             t,
-            method: o
-                .get("method")
-                .and_then(Json::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            src: o
-                .get("src")
-                .and_then(Json::as_str)
-                .unwrap_or("client")
-                .to_owned(),
+            method: text("method", "")?,
+            src: text("src", "client")?,
             headers: headers("headers")?,
             req: o.get("req").cloned().unwrap_or_else(|| json!({})),
             resp: o.get("resp").cloned().unwrap_or_else(|| json!({})),
             resp_headers: headers("resp_headers")?,
             status,
-            status_message: o
-                .get("status_message")
-                .and_then(Json::as_str)
-                .unwrap_or("")
-                .to_owned(),
+            status_message: text("status_message", "")?,
             t_resp,
         }));
+    }
+    // A line without an id gets its line number, unless an explicit id is that number (the
+    // RPC with that id is another one): then a number no id of the trace uses.
+    let explicit: BTreeSet<u64> = id_lines
+        .keys()
+        .filter_map(|k| k.parse::<u64>().ok())
+        .collect();
+    let lines: Vec<u64> = without_id
+        .iter()
+        .filter_map(|&k| match &out[k] {
+            TraceLine::Rpc(r) => Some(r.line as u64),
+            TraceLine::Control(_) => None,
+        })
+        .collect();
+    let mut fresh = explicit
+        .iter()
+        .chain(&lines)
+        .max()
+        .map_or(1, |m| m.saturating_add(1));
+    for k in without_id {
+        if let TraceLine::Rpc(r) = &mut out[k] {
+            let mut id = r.line as u64;
+            if explicit.contains(&id) {
+                id = fresh;
+                fresh = fresh.saturating_add(1);
+            }
+            r.id = json!(id);
+        }
     }
     Ok(out)
 }
@@ -591,8 +673,9 @@ fn run(
 
 /// The `rpc_id()` of each RPC, unique within the run: per-RPC metadata is keyed by it, so two
 /// RPCs in flight must never share one. A trace id that is a number (`parse_trace` gives an
-/// RPC without an id its line number) is used as given the first time; any other id, or a
-/// number already taken, gets the next number above every numeric id of the trace.
+/// RPC without an id one no other line has, and refuses repeats) is used as given the first
+/// time; any other id, or a number already taken (lines built without `parse_trace`), gets
+/// the next number above every numeric id of the trace.
 fn rpc_ids(rpcs: &[&TraceRpc]) -> Vec<u64> {
     let numeric: Vec<Option<u64>> = rpcs.iter().map(|r| r.id.as_u64()).collect();
     let mut fresh = numeric
@@ -695,30 +778,13 @@ impl Sim<'_> {
                 SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", self.scope(k)));
             let store = self.executor.wrap_store(&ir, Box::new(store));
             let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
-            instance.max_iterations = el.use_.iteration_limit();
             let mut host = Host {
                 clock: &self.clock,
                 channels: &mut self.channels,
             };
-            interp::run_init(&mut instance, &ir, &mut host).map_err(|e| SimError::Element {
-                element: el.use_.name.clone(),
-                message: format!("`init` failed: {e}"),
-            })?;
-            // Local state is per instance, so each one gets the configured values (and the
-            // control-plane writes so far); shared state is one variable, written once, after
-            // the first instance's `init`, so a replica joining later does not reset it.
             let first = self.configured.insert(k);
-            for (var, value) in &el.use_.state {
-                if !first && is_shared(&ir, var) {
-                    continue;
-                }
-                write_state(instance.store.as_mut(), &ir, var, None, value.clone()).map_err(
-                    |message| SimError::Element {
-                        element: el.use_.name.clone(),
-                        message: format!("config state `{var}`: {message}"),
-                    },
-                )?;
-            }
+            start_instance(&mut instance, &ir, &el.use_, first, &mut host)?;
+            // Local state is per instance, so each one gets the control-plane writes so far.
             for c in self.control.iter().filter(|c| c.element == el.use_.name) {
                 control_apply(instance.store.as_mut(), &ir, c)?;
             }
@@ -815,6 +881,20 @@ impl Sim<'_> {
             line: r.line,
             message,
         };
+        if r.method.is_empty() && self.edge.methods.len() > 1 {
+            // Taking the first would run the RPC as a method it may not be.
+            let names: Vec<&str> = self
+                .edge
+                .methods
+                .iter()
+                .map(|m| m.full_name.as_str())
+                .collect();
+            return Err(line_err(format!(
+                "no `method`, and edge `{}` has several: {}; name one",
+                self.edge.edge.name,
+                names.join(", ")
+            )));
+        }
         let method_pos = self
             .edge
             .methods
@@ -915,7 +995,7 @@ impl Sim<'_> {
             None if r.status == Code::Ok => {
                 let bytes = wire::json_to_bytes(&method.response, &r.resp).map_err(|e| {
                     SimError::Trace {
-                        line: 0,
+                        line: r.line,
                         message: format!("rpc {}: `resp`: {e}", r.id),
                     }
                 })?;
@@ -982,6 +1062,36 @@ impl Sim<'_> {
             by: flight.by,
         })
     }
+}
+
+/// Starts a new instance of a configured element as every executor starts one (the
+/// simulator, `weft bench`): with its iteration limit, which holds `init` too, then `init`,
+/// then the config's `state:` values.
+///
+/// Local state is per instance, so each one gets the configured values; shared state is one
+/// variable, written only when `first` (the element's first instance), so a replica joining
+/// later does not reset it.
+pub fn start_instance(
+    instance: &mut Instance,
+    ir: &Element,
+    use_: &ElementUse,
+    first: bool,
+    host: &mut Host<'_>,
+) -> Result<(), SimError> {
+    let err = |message: String| SimError::Element {
+        element: use_.name.clone(),
+        message,
+    };
+    instance.max_iterations = use_.iteration_limit();
+    interp::run_init(instance, ir, host).map_err(|e| err(format!("`init` failed: {e}")))?;
+    for (var, value) in &use_.state {
+        if !first && is_shared(ir, var) {
+            continue;
+        }
+        write_state(instance.store.as_mut(), ir, var, None, value.clone())
+            .map_err(|message| err(format!("config state `{var}`: {message}")))?;
+    }
+    Ok(())
 }
 
 /// Mutable borrows of the instances at distinct indices `at`, in that order.

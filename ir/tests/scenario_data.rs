@@ -364,16 +364,16 @@ fn metrics_records_exact_latencies_and_counts_failures() {
 #[test]
 fn metrics_keeps_overlapping_rpcs_apart_whatever_their_trace_ids() {
     // Metadata (`set_metadata('start', …)`) lives per RPC, from its request to its response.
-    // A string id and a numeric id, or an RPC without an id (it gets its line number), must
-    // still be two RPCs.
+    // A string id and a numeric id, or an RPC without an id (it gets its line number, or a
+    // number no id uses when another line has that id), must still be two RPCs.
     let sc = Scenario::new("client:\n  - metrics");
     let trace = [
         Line(json!({"id": "first", "t": 0.0, "t_resp": 5.0})),
         Line(json!({"id": 1, "t": 1.0, "t_resp": 2.0})),
         Line(json!({"t": 1.5, "t_resp": 4.0})),
         Line(json!({"id": "x", "t": 1.75, "t_resp": 3.0})),
-        // A numeric id used twice.
-        Line(json!({"id": 1, "t": 1.2, "t_resp": 1.4})),
+        // The line number of the RPC without an id (a numeric id used twice is refused).
+        Line(json!({"id": 3, "t": 1.2, "t_resp": 1.4})),
     ];
     let report = sc.run(trace);
     let got: Vec<(f64, f64)> = records(&report, "metrics", "latency")
@@ -392,8 +392,13 @@ fn metrics_keeps_overlapping_rpcs_apart_whatever_their_trace_ids() {
     );
     let ids: BTreeSet<u64> = report.channels.iter().map(|r| r.rpc_id).collect();
     assert_eq!(ids.len(), 5, "each RPC has its own rpc_id: {ids:?}");
-    // Numeric trace ids are the RPC's id; the RPC without one has its line number, 3.
-    assert!(ids.contains(&1) && ids.contains(&3));
+    // Numeric trace ids are the RPC's id; the RPC without one would have its line number,
+    // 3, which line 5 names, so it has the next number no id uses.
+    assert!(
+        ids.contains(&1) && ids.contains(&3) && ids.contains(&4),
+        "{ids:?}"
+    );
+    assert_eq!(report.results[2].id, json!(4));
     assert_eq!(state_int(&report, "metrics@client", "total"), 5);
 }
 

@@ -116,11 +116,28 @@ impl Rig {
         request: Message,
         response: Message,
     ) -> Result<Rig, JitError> {
+        Rig::with_start(elements, jit, request, response, |k, inst, host| {
+            let e = &elements[k];
+            interp::run_init(inst, e, host)
+                .map_err(|err| JitError::Init(e.name.clone(), err.to_string()))
+        })
+    }
+
+    /// [`Rig::new`], with `start` starting each element's instance (by index) in place of
+    /// running its `init` alone: `weft bench` starts them as the simulator does, with the
+    /// config's iteration limit and `state:` values.
+    pub fn with_start<E: From<JitError>>(
+        elements: &[Arc<Element>],
+        jit: Option<Fusion>,
+        request: Message,
+        response: Message,
+        mut start: impl FnMut(usize, &mut Instance, &mut Host<'_>) -> Result<(), E>,
+    ) -> Result<Rig, E> {
         let shared = SharedState::new();
         let clock = VirtualClock::new(0.0);
         let mut channels = Vec::new();
         let mut instances = Vec::new();
-        for e in elements {
+        for (k, e) in elements.iter().enumerate() {
             let store: Box<dyn StateStore + Send> =
                 Box::new(shared.instance_store(&e.name, "bench", &var_specs(e)));
             let store = if jit.is_some() {
@@ -134,8 +151,7 @@ impl Rig {
                 clock: &clock,
                 channels: &mut channels,
             };
-            interp::run_init(&mut inst, e, &mut host)
-                .map_err(|err| JitError::Init(e.name.clone(), err.to_string()))?;
+            start(k, &mut inst, &mut host)?;
             instances.push(inst);
         }
         let runner = match jit {

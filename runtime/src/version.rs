@@ -668,13 +668,19 @@ fn content_digest(
                 }
             }
             match element_source(config, use_) {
-                Some(src) => {
+                Ok(Some(src)) => {
                     if !src.path.starts_with("<std>") {
                         read.insert(PathBuf::from(&src.path), Some(src.text.as_bytes().to_vec()));
                     }
                     feed(&format!("element:{}", use_.element), src.text.as_bytes());
                 }
-                None => feed(&format!("missing-element:{}", use_.element), b""),
+                Ok(None) => feed(&format!("missing-element:{}", use_.element), b""),
+                // The build fails on it when it loads the edge; the digest only needs to
+                // differ from that of a readable file.
+                Err(e) => feed(
+                    &format!("unreadable-element:{}", use_.element),
+                    e.path.display().to_string().as_bytes(),
+                ),
             }
         }
     }

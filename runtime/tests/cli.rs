@@ -412,3 +412,189 @@ fn plan_reports_contradictory_pins_naming_edge_and_element() {
     assert!(err.contains("edge `a->b`, element `metrics`"), "{err}");
     assert!(err.contains("channel `latency`"), "{err}");
 }
+
+/// A config in `dir` with edge `e` (echo.Echo/Say) listing `any` (YAML, indented 6).
+fn echo_config(dir: &std::path::Path, any: &str) -> PathBuf {
+    let cfg = dir.join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "protos: [{}]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n{any}",
+            root().join("examples/echo/echo.proto").display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+fn bench_starts_instances_as_sim_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The config's `state:` is written after `init`: bob is denied.
+    let cfg = echo_config(
+        tmp.path(),
+        "      - element: firewall\n        params: {field: user, deny: [mallory]}\n        state: {denied: {bob: true}}\n",
+    );
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "20",
+        "--message",
+        r#"{"user": "bob"}"#,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("(0 of 20 reached the server)"), "{text}");
+    assert!(text.contains("firewall rejected 20"), "{text}");
+
+    // `max_iterations` holds `init` too: four names to deny are four iterations.
+    let cfg = echo_config(
+        tmp.path(),
+        "      - element: firewall\n        params: {field: user, deny: [a, b, c, mallory]}\n        max_iterations: 2\n",
+    );
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "20",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("more than 2 foreach iterations"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_refuses_a_method_it_cannot_check_against() {
+    // --method without a proto to find it in.
+    let out = weft(&[
+        "check",
+        "--method",
+        "no.Such/Method",
+        "elements/firewall.weft",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--method") && err.contains("--proto"), "{err}");
+
+    // A proto of messages only: fields would be checked against nothing.
+    let tmp = tempfile::tempdir().unwrap();
+    let proto = tmp.path().join("msgs.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\";\npackage m;\nmessage A { string user = 1; }\n",
+    )
+    .unwrap();
+    let out = weft(&[
+        "check",
+        "--proto",
+        proto.to_str().unwrap(),
+        "elements/firewall.weft",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{} defines no service method to check against",
+            proto.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_refuses_zero_rpcs() {
+    let out = weft(&[
+        "bench",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--n",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("NaN"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("--n"), "{}", stderr(&out));
+}
+
+#[test]
+fn bench_says_an_edge_without_elements_has_nothing_to_bench() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = echo_config(tmp.path(), "");
+    let out = weft(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("edge `e` has no elements to bench"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_proto_that_does_not_compile_is_reported_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("bad.proto"),
+        "syntax = \"proto3\";\npackage x;\nmessage A { strin a = 1; }\nservice S { rpc M(A) returns (A); }\n",
+    )
+    .unwrap();
+    let cfg = tmp.path().join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        "protos: [bad.proto]\nedges:\n  e: {from: a, to: b, method: x.S/M}\n",
+    )
+    .unwrap();
+    let out = weft(&["plan", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("name 'strin' is not defined").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains(&cfg.display().to_string()), "{err}");
+}
+
+#[test]
+fn check_reports_a_missing_file_and_checks_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.weft");
+    std::fs::write(&bad, "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    x = get(rpc, 'usr')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n").unwrap();
+    let missing = tmp.path().join("missing.weft");
+    let out = weft(&[
+        "check",
+        "--proto",
+        "examples/echo/echo.proto",
+        "elements/firewall.weft",
+        missing.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: error: cannot read it", missing.display())),
+        "{err}"
+    );
+    // The file after it was checked too.
+    assert!(err.contains("did you mean `user`?"), "{err}");
+    assert!(err.contains("weft: 2 of 3 file(s) have errors"), "{err}");
+}

@@ -15,7 +15,7 @@ use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
-use weft_ir::sim::{SimOptions, parse_trace, simulate_with};
+use weft_ir::sim::{SimOptions, parse_trace, simulate_with, start_instance};
 use weft_jit::rig::{Rig, RunOutcome, ns_per_rpc, time_batches};
 use weft_jit::{Fusion, Jit};
 
@@ -34,11 +34,12 @@ struct Cli {
 enum Command {
     /// Parse and type-check element files; exit 1 if any has an error.
     Check {
-        /// .proto files with the services' messages (fields are checked against them).
+        /// .proto files with the services' messages (fields are checked against them); they
+        /// must define a service method. Without any, fields are not checked.
         #[arg(long = "proto")]
         protos: Vec<PathBuf>,
-        /// Check against this method (`pkg.Service/Method`); default: every method in the
-        /// protos, reporting for the one the element fits best.
+        /// Check against this method (`pkg.Service/Method`) of the protos; default: every
+        /// method in the protos, reporting for the one the element fits best.
         #[arg(long)]
         method: Option<String>,
         #[arg(required = true)]
@@ -82,6 +83,7 @@ enum Command {
     /// Run an edge's chain over N pre-encoded copies of a request (and its response) in one
     /// process and print nanoseconds per RPC for each executor: of the chain alone (copies
     /// made before each timed batch), and with the copying and draining counted too.
+    /// Instances start as in `sim`: `init` held to `max_iterations`, then the `state:` values.
     Bench {
         #[arg(long)]
         config: PathBuf,
@@ -239,14 +241,35 @@ fn load_schema(protos: &[PathBuf]) -> Result<Option<Schema>> {
     Ok(Some(Schema::load(protos, &none)?))
 }
 
-fn methods_of(schema: &Option<Schema>, method: Option<&str>) -> Result<Vec<MethodSchema>> {
+/// The methods to check against: `method`, or every method of the protos; none without
+/// protos (fields are then not checked). A method without protos, or protos without a
+/// method, would check nothing the user asked for, so both are refused.
+fn methods_of(
+    protos: &[PathBuf],
+    schema: &Option<Schema>,
+    method: Option<&str>,
+) -> Result<Vec<MethodSchema>> {
     let Some(schema) = schema else {
+        if let Some(m) = method {
+            bail!("--method {m} needs the proto that defines it: pass it with --proto");
+        }
         return Ok(Vec::new());
     };
-    Ok(match method {
+    let methods = match method {
         Some(m) => vec![schema.method(m)?],
         None => schema.methods(),
-    })
+    };
+    if methods.is_empty() {
+        let names: Vec<String> = protos.iter().map(|p| p.display().to_string()).collect();
+        let (names, verb) = match names.as_slice() {
+            [one] => (one.clone(), "defines"),
+            _ => (names.join(", "), "define"),
+        };
+        bail!(
+            "{names} {verb} no service method to check against; pass --method or a proto with a service"
+        );
+    }
+    Ok(methods)
 }
 
 fn read_source(path: &Path) -> Result<SourceFile> {
@@ -257,12 +280,22 @@ fn read_source(path: &Path) -> Result<SourceFile> {
 
 fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Result<ExitCode> {
     let schema = load_schema(protos)?;
-    let methods = methods_of(&schema, method)?;
+    let methods = methods_of(protos, &schema, method)?;
     let mut failed = 0;
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     for path in files {
-        let src = read_source(path)?;
+        // One file that cannot be read is one file with an error: the others are still
+        // checked and counted.
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                writeln!(err, "{}: error: cannot read it: {e}", path.display())?;
+                failed += 1;
+                continue;
+            }
+        };
+        let src = SourceFile::new(path.display().to_string(), text);
         let (ast, mut diags) = parse(&src);
         if !has_errors(&diags) {
             let name = path
@@ -352,7 +385,7 @@ fn cmd_props(
     file: &Path,
 ) -> Result<ExitCode> {
     let schema = load_schema(protos)?;
-    let methods = methods_of(&schema, method)?;
+    let methods = methods_of(protos, &schema, method)?;
     if methods.len() > 1 {
         let names: Vec<&str> = methods.iter().map(|m| m.full_name.as_str()).collect();
         bail!(
@@ -612,8 +645,16 @@ fn cmd_bench(
     n: u64,
     message: Option<&str>,
 ) -> Result<ExitCode> {
+    if n == 0 {
+        bail!("--n is the number of RPCs to time: at least 1");
+    }
     let cfg = Config::load(config)?;
     let loaded = load_edge(&cfg, edge)?;
+    if loaded.elements.is_empty() {
+        // The JIT compiles no empty segment; the interpreter's figure alone would only time
+        // the harness.
+        bail!("edge `{edge}` has no elements to bench");
+    }
     let method = loaded
         .methods
         .first()
@@ -646,10 +687,16 @@ fn cmd_bench(
     );
     let mut results = Vec::new();
     for (name, fusion) in kinds {
-        let mut rig = Rig::new(&elements, *fusion, request.clone(), response.clone())?;
-        for (inst, el) in rig.instances.iter_mut().zip(&loaded.elements) {
-            inst.max_iterations = el.use_.iteration_limit();
-        }
+        let mut rig = Rig::with_start(
+            &elements,
+            *fusion,
+            request.clone(),
+            response.clone(),
+            |k, inst, host| -> Result<()> {
+                start_instance(inst, &elements[k], &loaded.elements[k].use_, true, host)?;
+                Ok(())
+            },
+        )?;
         // Warm up (compiles nothing more; fills caches and allocator pools).
         for _ in 0..n.min(1000) {
             rig.run();

@@ -1,0 +1,153 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Chain configs that cannot mean what they say are refused when loaded, with an error that
+//! names the file and what in it is wrong.
+
+use std::path::{Path, PathBuf};
+
+use weft_ir::config::Config;
+use weft_ir::load::load_edge;
+
+fn echo_proto() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo/echo.proto")
+}
+
+/// A config in `dir` with one edge `e` running `firewall`, and `element_paths` as given.
+fn write_config(dir: &Path, element_paths: &str) -> PathBuf {
+    let path = dir.join("weft.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "protos: [{}]\nelement_paths: {element_paths}\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - firewall: {{field: user, deny: [mallory]}}\n",
+            echo_proto().display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn load_error(config: &Path) -> String {
+    let cfg = Config::load(config).unwrap();
+    match load_edge(&cfg, "e") {
+        Err(e) => e.to_string(),
+        Ok(l) => panic!(
+            "the config was accepted, with firewall from {}",
+            l.elements[0].source.path
+        ),
+    }
+}
+
+#[test]
+fn an_element_path_that_is_not_a_directory_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = write_config(tmp.path(), "[elemnts]");
+    let err = load_error(&config);
+    assert!(err.contains(&config.display().to_string()), "{err}");
+    assert!(err.contains("`elemnts`"), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+
+    std::fs::write(tmp.path().join("elemnts"), "").unwrap();
+    let err = load_error(&config);
+    assert!(err.contains("`elemnts`"), "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+}
+
+#[test]
+fn a_custom_element_that_cannot_be_read_is_an_error_not_the_standard_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elements = tmp.path().join("elements");
+    std::fs::create_dir(&elements).unwrap();
+    let config = write_config(tmp.path(), "[elements]");
+    let custom = elements.join("firewall.weft");
+
+    // Not UTF-8.
+    std::fs::write(&custom, b"state:\n    pass\n\xff\xfe\n").unwrap();
+    let err = load_error(&config);
+    assert!(err.contains("edge `e`, element `firewall`"), "{err}");
+    assert!(err.contains(&custom.display().to_string()), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+
+    // A directory where the file would be.
+    std::fs::remove_file(&custom).unwrap();
+    std::fs::create_dir(&custom).unwrap();
+    let err = load_error(&config);
+    assert!(err.contains(&custom.display().to_string()), "{err}");
+
+    // Without it, the standard library's firewall is the one.
+    std::fs::remove_dir(&custom).unwrap();
+    let cfg = Config::load(&config).unwrap();
+    let loaded = load_edge(&cfg, "e").unwrap();
+    assert_eq!(loaded.elements[0].source.path, "<std>/firewall.weft");
+}
+
+#[test]
+fn two_edge_keys_that_name_one_edge_are_an_error() {
+    let yaml = "protos: [echo.proto]\nedges:\n  1:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [logging]\n  \"1\":\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [metrics]\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .expect_err("two edges named `1`")
+        .to_string();
+    assert!(err.starts_with("weft.yaml"), "{err}");
+    assert!(err.contains("edge `1`"), "{err}");
+    assert!(err.contains("twice"), "{err}");
+}
+
+/// The error loading edge `e` of a config beside examples/echo's proto with `any` (YAML,
+/// indented 6).
+fn edge_error(any: &str) -> String {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = format!(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n{any}"
+    );
+    let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+    match load_edge(&cfg, "e") {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("the config was accepted:\n{yaml}"),
+    }
+}
+
+#[test]
+fn config_state_is_checked_when_the_edge_loads() {
+    let acl = |state: &str| {
+        format!(
+            "      - element: firewall\n        name: acl\n        params: {{field: user, deny: [mallory]}}\n        state: {state}\n"
+        )
+    };
+    let err = edge_error(&acl("{denid: {bob: true}}"));
+    assert!(
+        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        "{err}"
+    );
+    assert!(err.contains("`denid`"), "{err}");
+    assert!(err.contains("did you mean `denied`?"), "{err}");
+    let err = edge_error(&acl("{denied: [bob]}"));
+    assert!(
+        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        "{err}"
+    );
+    assert!(err.contains("`denied`"), "{err}");
+    assert!(err.contains("Map<string, bool>"), "{err}");
+}
+
+#[test]
+fn version_is_not_a_config_key() {
+    // Nothing reads it, so any value was accepted and meant nothing.
+    let yaml = "version: {totally: bogus}\nprotos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .expect_err("`version` is refused")
+        .to_string();
+    assert!(err.contains("unknown key `version`"), "{err}");
+}
+
+#[test]
+fn parameter_errors_name_the_edge_and_the_instance() {
+    // Two instances of one element: the caret points into its source, which both share.
+    let err = edge_error(
+        "      - ratelimit: {capacity: 5, rate: 1}\n      - element: ratelimit\n        name: rl2\n        params: {capacity: five}\n",
+    );
+    assert!(
+        err.contains(
+            "error: edge `e`, element `rl2`: the chain config gives parameter `capacity` a string"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("element `ratelimit`"), "{err}");
+}
