@@ -493,6 +493,14 @@ impl Parser {
             }
         }
         for (pos, e) in edge.chain() {
+            if e.name.contains('/') {
+                // State is shared per `edge/instance`: with a `/` in the instance name, edge
+                // `x` with `y/z` and edge `x/y` with `z` would share one element's state.
+                return Err(self.err(
+                    format!("{ctx}: element name `{}` contains `/`", e.name),
+                    Some("instance names are plain words (letters, digits, `-`, `_`)"),
+                ));
+            }
             if !seen.insert(e.name.clone()) {
                 return Err(self.err(
                     format!("{ctx}: element name `{}` is used twice", e.name),

@@ -48,8 +48,9 @@ use crate::term::{Dir, Op, Part, TermId, Terms};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EquivError {
-    #[error("edge `{edge}`: {source}")]
-    Layout { edge: String, source: LayoutError },
+    // `error`, not `source`: the message has it already (`{:#}` would print it twice).
+    #[error("edge `{edge}`: {error}")]
+    Layout { edge: String, error: LayoutError },
     #[error("edge `{edge}`, element `{element}`: not checked for method {method}")]
     Missing {
         edge: String,
@@ -323,9 +324,9 @@ pub(crate) const NO_CHANNEL_INIT: u16 = u16::MAX;
 
 impl Checker {
     pub fn new(edge: &LoadedEdge) -> Result<Checker, EquivError> {
-        let canonical = Layout::canonical(&edge.edge).map_err(|source| EquivError::Layout {
+        let canonical = Layout::canonical(&edge.edge).map_err(|error| EquivError::Layout {
             edge: edge.edge.name.clone(),
-            source,
+            error,
         })?;
         if edge.elements.len() >= u16::MAX as usize - 1 {
             return Err(EquivError::TooLarge {

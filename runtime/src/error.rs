@@ -7,11 +7,10 @@ use weft_jit::JitError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("cannot read the Weft config `{path}`: {source}")]
-    ReadConfig {
-        path: String,
-        source: std::io::Error,
-    },
+    // The cause is named `error`, not `source`: it is already in the message, and a field
+    // named `source` would also be the error's source, printed a second time by `{:#}`.
+    #[error("cannot read the Weft config `{path}`: {error}")]
+    ReadConfig { path: String, error: std::io::Error },
     /// The YAML itself: unknown keys, bad values (the message has `file:line:col`).
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -24,8 +23,8 @@ pub enum EngineError {
         service: String,
         known: Vec<String>,
     },
-    #[error("edge `{edge}`: {source}")]
-    Plan { edge: String, source: PlanError },
+    #[error("edge `{edge}`: {error}")]
+    Plan { edge: String, error: PlanError },
     #[error(
         "edge `{edge}`, element `{element}` cannot run inside the application: {reason}; this runtime has only the in-process `lib` processor (the node agent, Wasm sandbox and SmartNIC are not built yet)"
     )]
@@ -40,12 +39,12 @@ pub enum EngineError {
         element: String,
         message: String,
     },
-    #[error("edge `{edge}`, {side} side, method `{method}`: compiling the chain failed: {source}")]
+    #[error("edge `{edge}`, {side} side, method `{method}`: compiling the chain failed: {error}")]
     Compile {
         edge: String,
         side: &'static str,
         method: String,
-        source: JitError,
+        error: JitError,
     },
     #[error("no edge of service `{service}` matches {side}-side method `{method}`")]
     NoEdge {
@@ -77,5 +76,27 @@ fn known_services(known: &[String]) -> String {
         "; the config lists no edges".to_owned()
     } else {
         format!("; services in this config: {}", known.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::EngineError;
+
+    /// The cause is in the message, and is not also the error's source: printed with its
+    /// chain (`{:#}` in the CLI), it would appear twice.
+    #[test]
+    fn a_cause_in_the_message_is_printed_once() {
+        let e = EngineError::ReadConfig {
+            path: "weft.yaml".into(),
+            error: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot read the Weft config `weft.yaml`: no such file"
+        );
+        assert!(e.source().is_none());
     }
 }

@@ -26,9 +26,9 @@ const EXACT_LIMIT: usize = 12;
 /// The order and sides of an edge's elements, every one of them on the `lib` processor.
 pub fn in_process_layout(edge: &LoadedEdge, max_steps: u64) -> Result<Layout, EngineError> {
     let name = edge.edge.name.clone();
-    let plan_err = |source: PlanError| EngineError::Plan {
+    let plan_err = |error: PlanError| EngineError::Plan {
         edge: name.clone(),
-        source,
+        error,
     };
     let mut pb = Problem::new(edge, &CostTable::paper(), None).map_err(plan_err)?;
     for (k, stages) in pb.allowed.stages.iter_mut().enumerate() {

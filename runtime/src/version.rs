@@ -580,9 +580,9 @@ impl ChannelSink for Channels<'_> {
 fn read_config(source: &ConfigSource) -> Result<(Config, String), EngineError> {
     match source {
         ConfigSource::File(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| EngineError::ReadConfig {
+            let text = std::fs::read_to_string(path).map_err(|error| EngineError::ReadConfig {
                 path: path.display().to_string(),
-                source,
+                error,
             })?;
             let dir = path.parent().unwrap_or(Path::new("."));
             let dir = if dir.as_os_str().is_empty() {
@@ -865,11 +865,11 @@ fn build_segment(
         let compiled = if irs.is_empty() {
             None
         } else {
-            let c = compile(&irs, Fusion::Fused).map_err(|source| EngineError::Compile {
+            let c = compile(&irs, Fusion::Fused).map_err(|error| EngineError::Compile {
                 edge: edge.name.clone(),
                 side: side_name(side),
                 method: method.full_name.clone(),
-                source,
+                error,
             })?;
             Some(Arc::new(c))
         };
