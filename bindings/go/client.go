@@ -243,7 +243,12 @@ type clientStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 
+	// openMu is held while the stream opens, so a caller that needs the stream waits for
+	// an open under way. What opening sets is written under csMu too, which is never held
+	// across a call out: Context, Trailer and requestMD read it without waiting for an open
+	// (grpc-go's Context and Trailer never block). Written under both, read under either.
 	openMu  sync.Mutex
+	csMu    sync.Mutex
 	opened  bool
 	cs      grpc.ClientStream
 	openErr error
@@ -329,29 +334,50 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 	c.openMu.Lock()
 	defer c.openMu.Unlock()
 	if !c.opened {
-		c.opened = true
 		ctx := c.ctx
+		var stamped metadata.MD
 		if md != nil {
 			ctx = metadata.NewOutgoingContext(ctx, md)
 			if stamp := md[versionHeader]; len(stamp) > 0 && len(c.md[versionHeader]) == 0 {
-				c.stampedMD = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
+				stamped = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
 			}
 		}
 		if dst != "" {
 			ctx = withRoute(ctx, dst)
 		}
-		c.cs, c.openErr = c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
-		if c.openErr != nil {
-			c.finish(c.openErr, nil)
+		c.csMu.Lock()
+		c.opened, c.stampedMD = true, stamped
+		c.csMu.Unlock()
+		cs, err := c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
+		c.csMu.Lock()
+		c.cs, c.openErr = cs, err
+		c.csMu.Unlock()
+		if err != nil {
+			c.finish(err, nil)
 		}
 	}
 	return c.cs, c.openErr
 }
 
+// current is the stream grpc-go opened; nil before it has (or when it did not open).
+func (c *clientStream) current() grpc.ClientStream {
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
+	return c.cs
+}
+
+// neverOpen records, with openMu held and the stream not opened, that it never will be:
+// the chain answered what the caller sent (errAnsweredLocally).
+func (c *clientStream) neverOpen() {
+	c.csMu.Lock()
+	c.opened, c.openErr = true, errAnsweredLocally
+	c.csMu.Unlock()
+}
+
 // requestMD is the metadata a message passes to the chain.
 func (c *clientStream) requestMD() metadata.MD {
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
 	if c.stampedMD != nil {
 		return c.stampedMD
 	}
@@ -367,9 +393,7 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	c.mu.Unlock()
 	if failed != nil {
 		// What the server sent before the chain ended the stream, if it opened.
-		c.openMu.Lock()
-		cs := c.cs
-		c.openMu.Unlock()
+		cs := c.current()
 		if cs == nil {
 			return nil, nil
 		}
@@ -379,9 +403,9 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	// While the chain has answered every message so far, the stream has no server to ask
 	// (opening it now would send no message and wait for headers a server waiting for one
 	// never sends): its headers are the first local reply's.
-	c.openMu.Lock()
+	c.csMu.Lock()
 	unopened := !c.opened
-	c.openMu.Unlock()
+	c.csMu.Unlock()
 	if unopened && c.answeredLocally() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -405,11 +429,10 @@ func (c *clientStream) Header() (metadata.MD, error) {
 }
 
 func (c *clientStream) Trailer() metadata.MD {
-	c.openMu.Lock()
-	cs := c.cs
-	c.openMu.Unlock()
+	cs := c.current()
 	if cs == nil {
-		return metadata.MD{} // as grpc-go's for a stream that ended without trailers
+		// As grpc-go's before the stream's end, or for one that ended without trailers.
+		return metadata.MD{}
 	}
 	return cs.Trailer()
 }
@@ -428,8 +451,7 @@ func (c *clientStream) CloseSend() error {
 	// "no request message"), where the chain has already answered.
 	c.openMu.Lock()
 	if !c.opened && c.answeredLocally() {
-		c.opened = true
-		c.openErr = errAnsweredLocally
+		c.neverOpen()
 	}
 	c.openMu.Unlock()
 	cs, err := c.stream(nil, "")
@@ -448,9 +470,7 @@ func (c *clientStream) answeredLocally() bool {
 }
 
 func (c *clientStream) Context() context.Context {
-	c.openMu.Lock()
-	cs := c.cs
-	c.openMu.Unlock()
+	cs := c.current()
 	if cs == nil {
 		return c.ctx
 	}
@@ -541,8 +561,7 @@ func (c *clientStream) SendMsg(v any) error {
 			// a message, the stream would wait for ever on a server waiting for one.)
 			c.openMu.Lock()
 			if !c.opened {
-				c.opened = true
-				c.openErr = errAnsweredLocally
+				c.neverOpen()
 			}
 			c.openMu.Unlock()
 		}
