@@ -282,6 +282,15 @@ type clientStream struct {
 
 	stopWatch func() bool // stops the watch on the context set up at the start
 
+	// reading: a RecvMsg call is under way, which ends the stream for the chain itself when
+	// it finds grpc-go's stream over. grpcEnded, grpcErr: grpc-go has ended its stream, with
+	// that status (see grpcFinished). finished: finish has run; a request queued later ends
+	// itself (SendMsg). All guarded by mu.
+	reading   bool
+	grpcEnded bool
+	grpcErr   error
+	finished  bool
+
 	// firstSent: on a call with one request, closed when SendMsg has run the chain on it.
 	// RecvMsg and Header wait for it (see awaitFirstSend); nil on client-streaming calls.
 	firstSent     chan struct{}
@@ -316,11 +325,65 @@ func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
 // finish ends the stream for the chain once grpc-go has ended it (or the chain failed it),
 // and releases its context. trailer is the stream's, when grpc-go has read them.
 func (c *clientStream) finish(err error, trailer metadata.MD) {
+	// Cancelling grpc-go's stream makes grpc-go end it with CANCELLED, which is not the
+	// stream's end when the chain failed it: grpcFinished leaves the end to this call.
+	c.mu.Lock()
+	c.finished = true
+	c.mu.Unlock()
 	// Cancelled before the drain: a request that SendMsg queues after the drain then sees
 	// the context done and ends itself (SendMsg checks after queueing), so none is missed.
 	c.stopWatch()
 	c.cancel()
 	c.endWaiting(err, trailer)
+}
+
+// grpcFinished is grpc-go's OnFinish for the stream: it has ended, with err (nil for OK).
+// Unless someone else gives the chain the end, the requests still waiting get it now:
+//   - a RecvMsg under way does, as when grpc-go's RecvMsg returns the end. On a call without
+//     server streaming grpc-go ends the stream inside the RecvMsg that returns its one
+//     response, whose response path must run before the requests still waiting get the
+//     end (endRead ends them if that RecvMsg did not);
+//   - finish does when it brought this end about by cancelling grpc-go's stream.
+//
+// grpc-go calls this without its locks held, and from inside the streamer when the stream
+// fails to open (openMu is held there, csMu is not).
+func (c *clientStream) grpcFinished(err error) {
+	c.mu.Lock()
+	c.grpcEnded, c.grpcErr = true, err
+	leave := c.reading || c.finished
+	c.mu.Unlock()
+	if !leave {
+		c.finishWithGrpc(err)
+	}
+}
+
+// finishWithGrpc ends the stream for the chain with grpc-go's end and the stream's trailers
+// (grpc-go has read them by the time it calls OnFinish).
+func (c *clientStream) finishWithGrpc(err error) {
+	var trailer metadata.MD
+	if cs := c.current(); cs != nil {
+		trailer = cs.Trailer()
+	}
+	c.finish(err, trailer)
+}
+
+// beginRead and endRead mark a RecvMsg call (see grpcFinished).
+func (c *clientStream) beginRead() {
+	c.mu.Lock()
+	c.reading = true
+	c.mu.Unlock()
+}
+
+func (c *clientStream) endRead() {
+	c.mu.Lock()
+	c.reading = false
+	ended, err := c.grpcEnded && !c.finished, c.grpcErr
+	c.mu.Unlock()
+	if ended {
+		// grpc-go's stream ended while this RecvMsg ran the chain on a message it had
+		// received, and the RecvMsg returns that message: the requests after it wait.
+		c.finishWithGrpc(err)
+	}
 }
 
 // errAnsweredLocally is the "open error" of a stream that never opened: its sending side
@@ -348,7 +411,12 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 		c.csMu.Lock()
 		c.opened, c.stampedMD = true, stamped
 		c.csMu.Unlock()
-		cs, err := c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
+		// grpc-go calls OnFinish however its stream ends, also where no call of the
+		// caller's sees the end: ClientConn.Close, or a failure Header() finds (it returns
+		// no error). The stream's context would tell as much, but asking a grpc-go stream
+		// for it ends the stream's retries, so Weft does not.
+		opts := append(c.opts[:len(c.opts):len(c.opts)], grpc.OnFinish(c.grpcFinished))
+		cs, err := c.streamer(ctx, c.desc, c.cc, c.name, opts...)
 		c.csMu.Lock()
 		c.cs, c.openErr = cs, err
 		c.csMu.Unlock()
@@ -420,12 +488,9 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	if err != nil {
 		return nil, nil
 	}
-	h, err := cs.Header()
-	if err != nil && err != io.EOF {
-		// grpc-go has ended the stream (its contract: a non-EOF error from Header).
-		c.finish(err, nil)
-	}
-	return h, err
+	// grpc-go's Header returns no error: when it finds the stream over, it ends it, which
+	// ends it for the chain too (grpcFinished), and returns nil.
+	return cs.Header()
 }
 
 func (c *clientStream) Trailer() metadata.MD {
@@ -645,6 +710,8 @@ func (c *clientStream) RecvMsg(v any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
 	}
+	c.beginRead()
+	defer c.endRead()
 	c.awaitFirstSend()
 	if answer := c.takeAnswer(); answer != nil {
 		return c.oneResponse(localReply(answer, msg), nil)

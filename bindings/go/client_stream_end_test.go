@@ -1,14 +1,125 @@
 package weft_test
 
 import (
+	"context"
+	"encoding/json"
 	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
 )
+
+// loggedStatuses runs a client chain of `logging` on SayStream and returns the runtime and a
+// function that closes it (delivering its records) and lists the statuses of the error
+// responses it logged, in order.
+func loggedStatuses(t *testing.T) (*weft.Runtime, func() []string) {
+	t.Helper()
+	var sink recordSink
+	crt := openWith(t, edge("echo.Echo/SayStream", "    client:\n      - logging\n"), "frontend",
+		weft.WithRecords(sink.add))
+	return crt, func() []string {
+		t.Helper()
+		if err := crt.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range sink.on("log") {
+			var v struct {
+				Status string `json:"status"` // only an error response has one
+			}
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				t.Fatalf("record %s: %v", r.Value, err)
+			}
+			if v.Status != "" {
+				out = append(out, v.Status)
+			}
+		}
+		return out
+	}
+}
+
+// weftModes are rvModes without plain grpc-go: the ways of installing Weft.
+var weftModes = rvModes[1:]
+
+// grpc-go documents ClientConn.Close as one way to release a stream. A caller that then
+// neither reads nor cancels its context (here one that never ends) must not leave the
+// requests the chain forwarded waiting: they get the stream's end, CANCELLED.
+func TestClientStreamEndedByClosingTheConnEndsItsWaitingRequests(t *testing.T) {
+	for kind, d := range map[string]grpc.StreamDesc{
+		"bidi":             rvBidi,
+		"client-streaming": {StreamName: "SayStream", ClientStreams: true},
+	} {
+		for _, m := range weftModes {
+			t.Run(kind+"/"+m.name, func(t *testing.T) {
+				crt, statuses := loggedStatuses(t)
+				addr := serveSayStream(t, d, func(_ any, ss grpc.ServerStream) error {
+					<-ss.Context().Done() // never answers
+					return ss.Context().Err()
+				})
+				conn := dialConn(t, addr, m.opts(crt)...)
+				c, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cs, err := rvNew(t, conn, c, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range []string{"a", "b"} {
+					if err := cs.SendMsg(&echopb.SayRequest{Body: b}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := conn.Close(); err != nil {
+					t.Fatal(err)
+				}
+				waitForNoWaitingRPCs(t, crt, "client")
+				if got := statuses(); len(got) != 2 || got[0] != "CANCELLED" || got[1] != "CANCELLED" {
+					t.Fatalf("the chain saw the stream end with %q, want CANCELLED twice", got)
+				}
+			})
+		}
+	}
+}
+
+// A stream whose failure the caller learns from Header() (grpc-go's Header ends the stream
+// and returns nil, leaving the status to RecvMsg) ends for the chain there too: its request
+// gets the server's status before the caller reads it, or if the caller never does.
+func TestClientStreamFailureSeenByHeaderEndsItsWaitingRequests(t *testing.T) {
+	for _, m := range weftModes {
+		t.Run(m.name, func(t *testing.T) {
+			crt, statuses := loggedStatuses(t)
+			addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
+				var r echopb.SayRequest
+				_ = ss.RecvMsg(&r)
+				return status.Error(codes.PermissionDenied, "no")
+			})
+			conn := dialConn(t, addr, m.opts(crt)...)
+			c, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cs, err := rvNew(t, conn, c, rvBidi)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.SendMsg(&echopb.SayRequest{Body: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if h, err := cs.Header(); h != nil || err != nil {
+				t.Fatalf("Header() = %v, %v; want nil, nil as grpc-go's for a trailers-only end", h, err)
+			}
+			waitForNoWaitingRPCs(t, crt, "client")
+			var r echopb.SayReply
+			wantCode(t, cs.RecvMsg(&r), codes.PermissionDenied, "no")
+			if got := statuses(); len(got) != 1 || got[0] != "PERMISSION_DENIED" {
+				t.Fatalf("the chain saw the stream end with %q, want PERMISSION_DENIED", got)
+			}
+		})
+	}
+}
 
 // slowToServe listens at once but serves gRPC (answers the HTTP/2 handshake) only after
 // delay, so a stream takes that long to open. The server echoes each message.
