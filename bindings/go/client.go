@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -298,20 +299,50 @@ type clientStream struct {
 }
 
 // awaitFirstSend waits, on a call with one request, until SendMsg has run the chain on it,
-// CloseSend has ended the sending side, or the context ends. A reader that got ahead of the
-// request would find no reply yet and open the stream without it: a server then waits for
-// the request for ever, and a reply the chain makes is lost. So the stream opens with its
-// request, as grpc-go's generated stubs send it before they return the stream. The cost:
-// a caller that reads or asks for headers before sending, in one goroutine, waits for its
-// context, even from a server that answers before it reads (docs/go.md, "Limits today").
+// CloseSend has ended the sending side, the context ends or the ClientConn closes. A reader
+// that got ahead of the request would find no reply yet and open the stream without it: a
+// server then waits for the request for ever, and a reply the chain makes is lost. So the
+// stream opens with its request, as grpc-go's generated stubs send it before they return
+// the stream. The cost: a caller that reads or asks for headers before sending, in one
+// goroutine, waits for its context, even from a server that answers before it reads
+// (docs/go.md, "Limits today"). After the context's end or the ClientConn's close the
+// caller opens the stream, which fails at once with grpc-go's status for either.
 func (c *clientStream) awaitFirstSend() {
 	if c.firstSent == nil {
 		return
 	}
 	select {
 	case <-c.firstSent:
-	case <-c.ctx.Done():
+		return
+	default:
 	}
+	wctx, stop := context.WithCancel(c.ctx)
+	defer stop()
+	select {
+	case <-c.firstSent:
+	case <-c.ctx.Done():
+	case <-connClosed(wctx, c.cc):
+	}
+}
+
+// connClosed returns a channel closed once cc shuts down (ClientConn.Close), watched until
+// ctx ends; nil, which never closes, without a ClientConn. grpc-go gives an interceptor no
+// other way to learn of the close, and Weft needs it only while a caller waits on something
+// that is not grpc-go's (a stream not yet open), so the goroutine lives that long.
+func connClosed(ctx context.Context, cc *grpc.ClientConn) <-chan struct{} {
+	if cc == nil {
+		return nil
+	}
+	closed := make(chan struct{})
+	go func() {
+		for st := cc.GetState(); st != connectivity.Shutdown; st = cc.GetState() {
+			if !cc.WaitForStateChange(ctx, st) {
+				return
+			}
+		}
+		close(closed)
+	}()
+	return closed
 }
 
 // endWaiting gives every request still waiting the stream's end as its response: err's

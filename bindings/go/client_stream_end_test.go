@@ -121,6 +121,53 @@ func TestClientStreamFailureSeenByHeaderEndsItsWaitingRequests(t *testing.T) {
 	}
 }
 
+// On a server-streaming call, a reader or Header() that starts before the request waits for
+// it; closing the ClientConn ends that wait at once with what grpc-go gives (CANCELLED "grpc:
+// the client connection is closing" from RecvMsg, nil headers), not at the caller's deadline.
+func TestServerStreamingEarlyReaderEndsWhenTheConnCloses(t *testing.T) {
+	desc := grpc.StreamDesc{StreamName: "SayStream", ServerStreams: true}
+	for _, what := range []string{"RecvMsg", "Header"} {
+		for _, m := range rvModes {
+			t.Run(what+"/"+m.name, func(t *testing.T) {
+				crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - metrics\n"), "frontend")
+				conn := dialConn(t, serveThreeReplies(t, desc), m.opts(crt)...)
+				ready(t, conn)
+				cs, err := rvNew(t, conn, ctx(t), desc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan string, 1)
+				go func() {
+					if what == "RecvMsg" {
+						var r echopb.SayReply
+						done <- rvErr(cs.RecvMsg(&r))
+					} else {
+						h, err := cs.Header()
+						done <- rvMD(h) + " " + rvErr(err)
+					}
+				}()
+				time.Sleep(50 * time.Millisecond)
+				if err := conn.Close(); err != nil {
+					t.Fatal(err)
+				}
+				want := "Canceled:grpc: the client connection is closing"
+				if what == "Header" {
+					want = "nil nil"
+				}
+				select {
+				case got := <-done:
+					if got != want {
+						t.Fatalf("%s returned %q, want %q", what, got, want)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatalf("%s still waits 2s after ClientConn.Close", what)
+				}
+				waitForNoWaitingRPCs(t, crt, "client")
+			})
+		}
+	}
+}
+
 // slowToServe listens at once but serves gRPC (answers the HTTP/2 handshake) only after
 // delay, so a stream takes that long to open. The server echoes each message.
 func slowToServe(t *testing.T, delay time.Duration) string {
