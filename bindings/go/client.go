@@ -253,6 +253,9 @@ type clientStream struct {
 	opened  bool
 	cs      grpc.ClientStream
 	openErr error
+	// preOpen: what Context() returns while the stream is not open, made when first asked
+	// for. Guarded by csMu.
+	preOpen context.Context
 	// stampedMD: the caller's metadata with the weft-version stamp the stream opened with,
 	// which its headers carry, so the server runs that version for the whole stream. Later
 	// messages pass it so the client runs the same one after a reload (while the version
@@ -318,31 +321,31 @@ func (c *clientStream) awaitFirstSend() {
 	}
 	wctx, stop := context.WithCancel(c.ctx)
 	defer stop()
+	closed := make(chan struct{})
+	onConnClose(wctx, c.cc, func() { close(closed) })
 	select {
 	case <-c.firstSent:
 	case <-c.ctx.Done():
-	case <-connClosed(wctx, c.cc):
+	case <-closed:
 	}
 }
 
-// connClosed returns a channel closed once cc shuts down (ClientConn.Close), watched until
-// ctx ends; nil, which never closes, without a ClientConn. grpc-go gives an interceptor no
-// other way to learn of the close, and Weft needs it only while a caller waits on something
-// that is not grpc-go's (a stream not yet open), so the goroutine lives that long.
-func connClosed(ctx context.Context, cc *grpc.ClientConn) <-chan struct{} {
+// onConnClose calls f, on a goroutine of its own, once cc shuts down (ClientConn.Close),
+// unless ctx ends first; without a ClientConn, never. grpc-go gives an interceptor no other
+// way to learn of the close, and Weft needs it only for what is not grpc-go's yet (a stream
+// not open), so the goroutine lives only while something waits on that.
+func onConnClose(ctx context.Context, cc *grpc.ClientConn, f func()) {
 	if cc == nil {
-		return nil
+		return
 	}
-	closed := make(chan struct{})
 	go func() {
 		for st := cc.GetState(); st != connectivity.Shutdown; st = cc.GetState() {
 			if !cc.WaitForStateChange(ctx, st) {
 				return
 			}
 		}
-		close(closed)
+		f()
 	}()
-	return closed
 }
 
 // endWaiting gives every request still waiting the stream's end as its response: err's
@@ -565,10 +568,23 @@ func (c *clientStream) answeredLocally() bool {
 	return c.answered
 }
 
+// Context is grpc-go's stream context once the stream is open. Before (the stream opens at
+// its first message), and while it opens, it is a context of Weft's: the caller's (values,
+// deadline) without the peer, which no transport has been picked for yet. It ends when the
+// stream ends, as grpc-go's does: finish cancels c.ctx, its parent, however the stream ends
+// once open; ClientConn.Close before that ends it through a watch on the connection.
 func (c *clientStream) Context() context.Context {
-	cs := c.current()
+	c.csMu.Lock()
+	cs := c.cs
+	if cs == nil && c.preOpen == nil {
+		ctx, cancel := context.WithCancel(c.ctx)
+		c.preOpen = ctx
+		onConnClose(ctx, c.cc, cancel)
+	}
+	pre := c.preOpen
+	c.csMu.Unlock()
 	if cs == nil {
-		return c.ctx
+		return pre
 	}
 	return cs.Context()
 }

@@ -231,3 +231,62 @@ func TestClientStreamContextAndTrailerDoNotWaitForTheStreamToOpen(t *testing.T) 
 		})
 	}
 }
+
+// A context taken from Context() before the stream opens (right after NewStream) ends when
+// the stream ends, whatever ends it, as grpc-go's stream context does.
+func TestClientStreamContextTakenBeforeItOpensEndsWithTheStream(t *testing.T) {
+	ends := map[string]func(t *testing.T, conn *grpc.ClientConn, cs grpc.ClientStream){
+		"conn closed after the first message": func(t *testing.T, conn *grpc.ClientConn, cs grpc.ClientStream) {
+			if err := cs.SendMsg(&echopb.SayRequest{Body: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			var r echopb.SayReply
+			if err := cs.RecvMsg(&r); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.Close()
+		},
+		"conn closed before any message": func(t *testing.T, conn *grpc.ClientConn, _ grpc.ClientStream) {
+			_ = conn.Close()
+		},
+		"read to its end": func(t *testing.T, _ *grpc.ClientConn, cs grpc.ClientStream) {
+			if err := cs.SendMsg(&echopb.SayRequest{Body: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			_ = cs.CloseSend()
+			for {
+				var r echopb.SayReply
+				if err := cs.RecvMsg(&r); err != nil {
+					break
+				}
+			}
+		},
+	}
+	for name, end := range ends {
+		for _, m := range rvModes {
+			t.Run(name+"/"+m.name, func(t *testing.T) {
+				crt := open(t, edge("echo.Echo/SayStream", "    client:\n      - metrics\n"), "frontend")
+				_, addr := serve(t, "echo-0")
+				conn := dialConn(t, addr, m.opts(crt)...)
+				ready(t, conn)
+				c, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cs, err := rvNew(t, conn, c, rvBidi)
+				if err != nil {
+					t.Fatal(err)
+				}
+				early := cs.Context()
+				if early.Err() != nil {
+					t.Fatalf("the stream's context ended before the stream: %v", early.Err())
+				}
+				end(t, conn, cs)
+				select {
+				case <-early.Done():
+				case <-time.After(2 * time.Second):
+					t.Fatal("the context taken before the stream opened has not ended 2s after the stream")
+				}
+				waitForNoWaitingRPCs(t, crt, "client")
+			})
+		}
+	}
+}
