@@ -755,7 +755,10 @@ func (c *clientStream) fail(err error) error {
 func (c *clientStream) RecvMsg(v any) error {
 	msg, ok := v.(proto.Message)
 	if !ok {
-		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
+		// As grpc-go's RecvMsg, which fails to decode into it, an error of the caller's
+		// ends the stream (grpc-go fails once a message has arrived; nothing would
+		// decode into it).
+		return c.fail(status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v))
 	}
 	c.beginRead()
 	defer c.endRead()

@@ -290,3 +290,53 @@ func TestClientStreamContextTakenBeforeItOpensEndsWithTheStream(t *testing.T) {
 		}
 	}
 }
+
+// As grpc-go's, RecvMsg into a value that is not a protobuf message fails the stream: the
+// requests waiting get the error, later calls return it, and the server sees a cancellation.
+// (grpc-go fails once a message has arrived, Weft at once.)
+func TestClientStreamRecvIntoANonMessageEndsTheStream(t *testing.T) {
+	for _, m := range rvModes {
+		t.Run(m.name, func(t *testing.T) {
+			crt, statuses := loggedStatuses(t)
+			serverEnd := make(chan error, 1)
+			addr := serveSayStream(t, rvBidi, func(_ any, ss grpc.ServerStream) error {
+				var r echopb.SayRequest
+				for {
+					if err := ss.RecvMsg(&r); err != nil {
+						serverEnd <- err
+						return err
+					}
+					_ = ss.SendMsg(&echopb.SayReply{Body: r.Body})
+				}
+			})
+			conn := dialConn(t, addr, m.opts(crt)...)
+			c, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cs, err := rvNew(t, conn, c, rvBidi)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.SendMsg(&echopb.SayRequest{Body: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			var notAMessage string
+			wantCode(t, cs.RecvMsg(&notAMessage), codes.Internal, "")
+			wantCode(t, cs.RecvMsg(&echopb.SayReply{}), codes.Internal, "")
+			select {
+			case err := <-serverEnd:
+				if status.Code(err) != codes.Canceled {
+					t.Fatalf("the server's stream ended with %v, want CANCELLED", err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("the server's stream did not end")
+			}
+			if m.name == "plain" {
+				return
+			}
+			waitForNoWaitingRPCs(t, crt, "client")
+			if got := statuses(); len(got) != 1 || got[0] != "INTERNAL" {
+				t.Fatalf("the chain saw the stream end with %q, want INTERNAL", got)
+			}
+		})
+	}
+}
