@@ -224,7 +224,10 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		// A caller may stop reading before the stream's end and cancel its context instead,
 		// grpc-go's other way to release a stream: the requests still waiting then get the
 		// context's status.
-		w.stopWatch = context.AfterFunc(ctx, func() { w.endWaiting(ctx.Err(), nil) })
+		w.stopWatch = context.AfterFunc(ctx, func() {
+			w.endWaiting(ctx.Err(), nil)
+			w.endCallOptions(ctx.Err())
+		})
 		return w, nil
 	}
 }
@@ -245,17 +248,20 @@ type clientStream struct {
 	opts     []grpc.CallOption
 
 	// openMu is held while the stream opens, so a caller that needs the stream waits for
-	// an open under way. What opening sets is written under csMu too, which is never held
-	// across a call out: Context, Trailer and requestMD read it without waiting for an open
-	// (grpc-go's Context and Trailer never block). Written under both, read under either.
+	// an open under way. The fields below are guarded by csMu, which is never held across
+	// a call out: Context, Trailer and requestMD read them without waiting for an open
+	// (grpc-go's Context and Trailer never block).
 	openMu  sync.Mutex
 	csMu    sync.Mutex
 	opened  bool
 	cs      grpc.ClientStream
 	openErr error
 	// preOpen: what Context() returns while the stream is not open, made when first asked
-	// for. Guarded by csMu.
-	preOpen context.Context
+	// for. unopened: the stream never opened and never will (keepUnopened); optionsEnded:
+	// endCallOptions has run for it. Guarded by csMu.
+	preOpen      context.Context
+	unopened     bool
+	optionsEnded bool
 	// stampedMD: the caller's metadata with the weft-version stamp the stream opened with,
 	// which its headers carry, so the server runs that version for the whole stream. Later
 	// messages pass it so the client runs the same one after a reload (while the version
@@ -369,6 +375,42 @@ func (c *clientStream) finish(err error, trailer metadata.MD) {
 	c.stopWatch()
 	c.cancel()
 	c.endWaiting(err, trailer)
+	c.endCallOptions(err)
+}
+
+// endCallOptions gives the caller's call options the end of a stream grpc-go never saw, as
+// grpc-go does for the streams it opens: grpc.OnFinish gets the status the caller got (nil
+// for OK), a grpc.Header option the headers of the chain's first local reply, if it set
+// any (as on a unary call). A stream not open when it ends never opens (its context is
+// cancelled), so it is one of those; its later calls return its end, or for one the chain
+// answered, the local replies as before.
+func (c *clientStream) endCallOptions(err error) {
+	c.mu.Lock()
+	answered, header := c.answered, c.localHeader
+	c.mu.Unlock()
+	err = statusOf(err).Err() // nil for OK; a context's end as grpc-go gives it
+	if answered || err == nil {
+		c.keepUnopened(errAnsweredLocally)
+	} else {
+		c.keepUnopened(err)
+	}
+	c.csMu.Lock()
+	ending := c.unopened && !c.optionsEnded
+	c.optionsEnded = true
+	c.csMu.Unlock()
+	if !ending {
+		return
+	}
+	for _, o := range c.opts {
+		switch o := o.(type) {
+		case grpc.OnFinishCallOption:
+			o.OnFinish(err)
+		case grpc.HeaderCallOption:
+			if header != nil {
+				*o.HeaderAddr = header.Copy()
+			}
+		}
+	}
 }
 
 // grpcFinished is grpc-go's OnFinish for the stream: it has ended, with err (nil for OK).
@@ -430,7 +472,13 @@ var errAnsweredLocally = errors.New("weft: every message of the stream was answe
 func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, error) {
 	c.openMu.Lock()
 	defer c.openMu.Unlock()
-	if !c.opened {
+	// Whether to open is decided under csMu: keepUnopened decides the other way without
+	// openMu.
+	c.csMu.Lock()
+	open := !c.opened
+	c.opened = true
+	c.csMu.Unlock()
+	if open {
 		ctx := c.ctx
 		var stamped metadata.MD
 		if md != nil {
@@ -443,7 +491,7 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 			ctx = withRoute(ctx, dst)
 		}
 		c.csMu.Lock()
-		c.opened, c.stampedMD = true, stamped
+		c.stampedMD = stamped
 		c.csMu.Unlock()
 		// grpc-go calls OnFinish however its stream ends, also where no call of the
 		// caller's sees the end: ClientConn.Close, or a failure Header() finds (it returns
@@ -458,6 +506,8 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 			c.finish(err, nil)
 		}
 	}
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
 	return c.cs, c.openErr
 }
 
@@ -468,12 +518,17 @@ func (c *clientStream) current() grpc.ClientStream {
 	return c.cs
 }
 
-// neverOpen records, with openMu held and the stream not opened, that it never will be:
-// the chain answered what the caller sent (errAnsweredLocally).
-func (c *clientStream) neverOpen() {
+// keepUnopened makes a stream that has not opened one that never will (err is then what
+// opening it returns), and reports whether it had not: grpc-go then never has the caller's
+// call options, and endCallOptions gives them the stream's end.
+func (c *clientStream) keepUnopened(err error) bool {
 	c.csMu.Lock()
-	c.opened, c.openErr = true, errAnsweredLocally
-	c.csMu.Unlock()
+	defer c.csMu.Unlock()
+	if c.opened {
+		return false
+	}
+	c.opened, c.openErr, c.unopened = true, err, true
+	return true
 }
 
 // requestMD is the metadata a message passes to the chain.
@@ -548,11 +603,9 @@ func (c *clientStream) CloseSend() error {
 	// A stream none of whose messages went to the server stays unopened: opening it now
 	// would call the server with no message (a server-streaming method then fails with
 	// "no request message"), where the chain has already answered.
-	c.openMu.Lock()
-	if !c.opened && c.answeredLocally() {
-		c.neverOpen()
+	if c.answeredLocally() {
+		c.keepUnopened(errAnsweredLocally)
 	}
-	c.openMu.Unlock()
 	cs, err := c.stream(nil, "")
 	if err != nil {
 		// Answered locally, or the stream did not open: as grpc-go's CloseSend, it
@@ -671,11 +724,7 @@ func (c *clientStream) SendMsg(v any) error {
 			// CloseSend does for a stream whose messages were all answered, the stream
 			// stays unopened, so RecvMsg returns the reply, then io.EOF. (Opened without
 			// a message, the stream would wait for ever on a server waiting for one.)
-			c.openMu.Lock()
-			if !c.opened {
-				c.neverOpen()
-			}
-			c.openMu.Unlock()
+			c.keepUnopened(errAnsweredLocally)
 		}
 		return nil
 	}

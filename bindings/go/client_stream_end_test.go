@@ -3,6 +3,7 @@ package weft_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -287,6 +288,94 @@ func TestClientStreamContextTakenBeforeItOpensEndsWithTheStream(t *testing.T) {
 				}
 				waitForNoWaitingRPCs(t, crt, "client")
 			})
+		}
+	}
+}
+
+// A stream that never reaches grpc-go (the chain answered or refused its messages, or the
+// caller's context ended before the first one) still ends for the caller's grpc.OnFinish
+// option, once, with the status the caller saw, as grpc-go's streams all do.
+func TestClientStreamThatNeverOpensCallsOnFinish(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", `    client:
+      - firewall: {field: user, deny: [mallory]}
+      - cache: {field: body}
+`)
+	crt := open(t, yaml, "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+	// A first stream goes to the server and fills the cache.
+	cs := openSayStream(t, conn, rvBidi)
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	for cs.RecvMsg(&echopb.SayReply{}) == nil {
+	}
+
+	cases := []struct {
+		name string
+		desc grpc.StreamDesc
+		run  func(c context.Context, cancel func(), cs grpc.ClientStream) error // the caller's last error
+		want codes.Code
+	}{
+		{"answered, server streaming", grpc.StreamDesc{ServerStreams: true}, readAnswer, codes.OK},
+		{"answered, bidi", rvBidi, readAnswer, codes.OK},
+		{"answered, client streaming", grpc.StreamDesc{ClientStreams: true}, readAnswer, codes.OK},
+		{"refused", rvBidi, func(_ context.Context, _ func(), cs grpc.ClientStream) error {
+			return cs.SendMsg(&echopb.SayRequest{User: "mallory", Body: "hello"})
+		}, codes.PermissionDenied},
+		{"cancelled before a message", rvBidi, func(c context.Context, cancel func(), _ grpc.ClientStream) error {
+			cancel()
+			return status.FromContextError(c.Err()).Err()
+		}, codes.Canceled},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			finished := make(chan error, 2)
+			c, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			desc := tc.desc
+			desc.StreamName = "SayStream"
+			cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream",
+				grpc.OnFinish(func(err error) { finished <- err }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.run(c, cancel, cs); status.Code(err) != tc.want {
+				t.Fatalf("the caller got %v, want %v", err, tc.want)
+			}
+			select {
+			case err := <-finished:
+				if status.Code(err) != tc.want {
+					t.Fatalf("OnFinish got %v, want %v", err, tc.want)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("OnFinish was not called")
+			}
+			// Later calls do not end it again.
+			_ = cs.CloseSend()
+			_ = cs.RecvMsg(&echopb.SayReply{})
+			time.Sleep(50 * time.Millisecond)
+			if len(finished) != 0 {
+				t.Fatalf("OnFinish called again with %v", <-finished)
+			}
+		})
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+}
+
+// readAnswer sends a message the chain answers (a cache hit) and reads the stream to its end.
+func readAnswer(_ context.Context, _ func(), cs grpc.ClientStream) error {
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "hello"}); err != nil {
+		return err
+	}
+	_ = cs.CloseSend()
+	for {
+		var r echopb.SayReply
+		if err := cs.RecvMsg(&r); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 }
