@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -223,7 +224,10 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		// A caller may stop reading before the stream's end and cancel its context instead,
 		// grpc-go's other way to release a stream: the requests still waiting then get the
 		// context's status.
-		w.stopWatch = context.AfterFunc(ctx, func() { w.endWaiting(ctx.Err(), nil) })
+		w.stopWatch = context.AfterFunc(ctx, func() {
+			w.endWaiting(ctx.Err(), nil)
+			w.endCallOptions(ctx.Err())
+		})
 		return w, nil
 	}
 }
@@ -243,10 +247,21 @@ type clientStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 
+	// openMu is held while the stream opens, so a caller that needs the stream waits for
+	// an open under way. The fields below are guarded by csMu, which is never held across
+	// a call out: Context, Trailer and requestMD read them without waiting for an open
+	// (grpc-go's Context and Trailer never block).
 	openMu  sync.Mutex
+	csMu    sync.Mutex
 	opened  bool
 	cs      grpc.ClientStream
 	openErr error
+	// preOpen: what Context() returns while the stream is not open, made when first asked
+	// for. unopened: the stream never opened and never will (keepUnopened); optionsEnded:
+	// endCallOptions has run for it. Guarded by csMu.
+	preOpen      context.Context
+	unopened     bool
+	optionsEnded bool
 	// stampedMD: the caller's metadata with the weft-version stamp the stream opened with,
 	// which its headers carry, so the server runs that version for the whole stream. Later
 	// messages pass it so the client runs the same one after a reload (while the version
@@ -277,6 +292,15 @@ type clientStream struct {
 
 	stopWatch func() bool // stops the watch on the context set up at the start
 
+	// reading: a RecvMsg call is under way, which ends the stream for the chain itself when
+	// it finds grpc-go's stream over. grpcEnded, grpcErr: grpc-go has ended its stream, with
+	// that status (see grpcFinished). finished: finish has run; a request queued later ends
+	// itself (SendMsg). All guarded by mu.
+	reading   bool
+	grpcEnded bool
+	grpcErr   error
+	finished  bool
+
 	// firstSent: on a call with one request, closed when SendMsg has run the chain on it.
 	// RecvMsg and Header wait for it (see awaitFirstSend); nil on client-streaming calls.
 	firstSent     chan struct{}
@@ -284,20 +308,50 @@ type clientStream struct {
 }
 
 // awaitFirstSend waits, on a call with one request, until SendMsg has run the chain on it,
-// CloseSend has ended the sending side, or the context ends. A reader that got ahead of the
-// request would find no reply yet and open the stream without it: a server then waits for
-// the request for ever, and a reply the chain makes is lost. So the stream opens with its
-// request, as grpc-go's generated stubs send it before they return the stream. The cost:
-// a caller that reads or asks for headers before sending, in one goroutine, waits for its
-// context, even from a server that answers before it reads (docs/go.md, "Limits today").
+// CloseSend has ended the sending side, the context ends or the ClientConn closes. A reader
+// that got ahead of the request would find no reply yet and open the stream without it: a
+// server then waits for the request for ever, and a reply the chain makes is lost. So the
+// stream opens with its request, as grpc-go's generated stubs send it before they return
+// the stream. The cost: a caller that reads or asks for headers before sending, in one
+// goroutine, waits for its context, even from a server that answers before it reads
+// (docs/go.md, "Limits today"). After the context's end or the ClientConn's close the
+// caller opens the stream, which fails at once with grpc-go's status for either.
 func (c *clientStream) awaitFirstSend() {
 	if c.firstSent == nil {
 		return
 	}
 	select {
 	case <-c.firstSent:
-	case <-c.ctx.Done():
+		return
+	default:
 	}
+	wctx, stop := context.WithCancel(c.ctx)
+	defer stop()
+	closed := make(chan struct{})
+	onConnClose(wctx, c.cc, func() { close(closed) })
+	select {
+	case <-c.firstSent:
+	case <-c.ctx.Done():
+	case <-closed:
+	}
+}
+
+// onConnClose calls f, on a goroutine of its own, once cc shuts down (ClientConn.Close),
+// unless ctx ends first; without a ClientConn, never. grpc-go gives an interceptor no other
+// way to learn of the close, and Weft needs it only for what is not grpc-go's yet (a stream
+// not open), so the goroutine lives only while something waits on that.
+func onConnClose(ctx context.Context, cc *grpc.ClientConn, f func()) {
+	if cc == nil {
+		return
+	}
+	go func() {
+		for st := cc.GetState(); st != connectivity.Shutdown; st = cc.GetState() {
+			if !cc.WaitForStateChange(ctx, st) {
+				return
+			}
+		}
+		f()
+	}()
 }
 
 // endWaiting gives every request still waiting the stream's end as its response: err's
@@ -311,11 +365,101 @@ func (c *clientStream) endWaiting(err error, trailer metadata.MD) {
 // finish ends the stream for the chain once grpc-go has ended it (or the chain failed it),
 // and releases its context. trailer is the stream's, when grpc-go has read them.
 func (c *clientStream) finish(err error, trailer metadata.MD) {
+	// Cancelling grpc-go's stream makes grpc-go end it with CANCELLED, which is not the
+	// stream's end when the chain failed it: grpcFinished leaves the end to this call.
+	c.mu.Lock()
+	c.finished = true
+	c.mu.Unlock()
 	// Cancelled before the drain: a request that SendMsg queues after the drain then sees
 	// the context done and ends itself (SendMsg checks after queueing), so none is missed.
 	c.stopWatch()
 	c.cancel()
 	c.endWaiting(err, trailer)
+	c.endCallOptions(err)
+}
+
+// endCallOptions gives the caller's call options the end of a stream grpc-go never saw, as
+// grpc-go does for the streams it opens: grpc.OnFinish gets the status the caller got (nil
+// for OK), a grpc.Header option the headers of the chain's first local reply, if it set
+// any (as on a unary call). A stream not open when it ends never opens (its context is
+// cancelled), so it is one of those; its later calls return its end, or for one the chain
+// answered, the local replies as before.
+func (c *clientStream) endCallOptions(err error) {
+	c.mu.Lock()
+	answered, header := c.answered, c.localHeader
+	c.mu.Unlock()
+	err = statusOf(err).Err() // nil for OK; a context's end as grpc-go gives it
+	if answered || err == nil {
+		c.keepUnopened(errAnsweredLocally)
+	} else {
+		c.keepUnopened(err)
+	}
+	c.csMu.Lock()
+	ending := c.unopened && !c.optionsEnded
+	c.optionsEnded = true
+	c.csMu.Unlock()
+	if !ending {
+		return
+	}
+	for _, o := range c.opts {
+		switch o := o.(type) {
+		case grpc.OnFinishCallOption:
+			o.OnFinish(err)
+		case grpc.HeaderCallOption:
+			if header != nil {
+				*o.HeaderAddr = header.Copy()
+			}
+		}
+	}
+}
+
+// grpcFinished is grpc-go's OnFinish for the stream: it has ended, with err (nil for OK).
+// Unless someone else gives the chain the end, the requests still waiting get it now:
+//   - a RecvMsg under way does, as when grpc-go's RecvMsg returns the end. On a call without
+//     server streaming grpc-go ends the stream inside the RecvMsg that returns its one
+//     response, whose response path must run before the requests still waiting get the
+//     end (endRead ends them if that RecvMsg did not);
+//   - finish does when it brought this end about by cancelling grpc-go's stream.
+//
+// grpc-go calls this without its locks held, and from inside the streamer when the stream
+// fails to open (openMu is held there, csMu is not).
+func (c *clientStream) grpcFinished(err error) {
+	c.mu.Lock()
+	c.grpcEnded, c.grpcErr = true, err
+	leave := c.reading || c.finished
+	c.mu.Unlock()
+	if !leave {
+		c.finishWithGrpc(err)
+	}
+}
+
+// finishWithGrpc ends the stream for the chain with grpc-go's end and the stream's trailers
+// (grpc-go has read them by the time it calls OnFinish).
+func (c *clientStream) finishWithGrpc(err error) {
+	var trailer metadata.MD
+	if cs := c.current(); cs != nil {
+		trailer = cs.Trailer()
+	}
+	c.finish(err, trailer)
+}
+
+// beginRead and endRead mark a RecvMsg call (see grpcFinished).
+func (c *clientStream) beginRead() {
+	c.mu.Lock()
+	c.reading = true
+	c.mu.Unlock()
+}
+
+func (c *clientStream) endRead() {
+	c.mu.Lock()
+	c.reading = false
+	ended, err := c.grpcEnded && !c.finished, c.grpcErr
+	c.mu.Unlock()
+	if ended {
+		// grpc-go's stream ended while this RecvMsg ran the chain on a message it had
+		// received, and the RecvMsg returns that message: the requests after it wait.
+		c.finishWithGrpc(err)
+	}
 }
 
 // errAnsweredLocally is the "open error" of a stream that never opened: its sending side
@@ -328,30 +472,69 @@ var errAnsweredLocally = errors.New("weft: every message of the stream was answe
 func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, error) {
 	c.openMu.Lock()
 	defer c.openMu.Unlock()
-	if !c.opened {
-		c.opened = true
+	// Whether to open is decided under csMu: keepUnopened decides the other way without
+	// openMu.
+	c.csMu.Lock()
+	open := !c.opened
+	c.opened = true
+	c.csMu.Unlock()
+	if open {
 		ctx := c.ctx
+		var stamped metadata.MD
 		if md != nil {
 			ctx = metadata.NewOutgoingContext(ctx, md)
 			if stamp := md[versionHeader]; len(stamp) > 0 && len(c.md[versionHeader]) == 0 {
-				c.stampedMD = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
+				stamped = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
 			}
 		}
 		if dst != "" {
 			ctx = withRoute(ctx, dst)
 		}
-		c.cs, c.openErr = c.streamer(ctx, c.desc, c.cc, c.name, c.opts...)
-		if c.openErr != nil {
-			c.finish(c.openErr, nil)
+		c.csMu.Lock()
+		c.stampedMD = stamped
+		c.csMu.Unlock()
+		// grpc-go calls OnFinish however its stream ends, also where no call of the
+		// caller's sees the end: ClientConn.Close, or a failure Header() finds (it returns
+		// no error). The stream's context would tell as much, but asking a grpc-go stream
+		// for it ends the stream's retries, so Weft does not.
+		opts := append(c.opts[:len(c.opts):len(c.opts)], grpc.OnFinish(c.grpcFinished))
+		cs, err := c.streamer(ctx, c.desc, c.cc, c.name, opts...)
+		c.csMu.Lock()
+		c.cs, c.openErr = cs, err
+		c.csMu.Unlock()
+		if err != nil {
+			c.finish(err, nil)
 		}
 	}
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
 	return c.cs, c.openErr
+}
+
+// current is the stream grpc-go opened; nil before it has (or when it did not open).
+func (c *clientStream) current() grpc.ClientStream {
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
+	return c.cs
+}
+
+// keepUnopened makes a stream that has not opened one that never will (err is then what
+// opening it returns), and reports whether it had not: grpc-go then never has the caller's
+// call options, and endCallOptions gives them the stream's end.
+func (c *clientStream) keepUnopened(err error) bool {
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
+	if c.opened {
+		return false
+	}
+	c.opened, c.openErr, c.unopened = true, err, true
+	return true
 }
 
 // requestMD is the metadata a message passes to the chain.
 func (c *clientStream) requestMD() metadata.MD {
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
 	if c.stampedMD != nil {
 		return c.stampedMD
 	}
@@ -367,9 +550,7 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	c.mu.Unlock()
 	if failed != nil {
 		// What the server sent before the chain ended the stream, if it opened.
-		c.openMu.Lock()
-		cs := c.cs
-		c.openMu.Unlock()
+		cs := c.current()
 		if cs == nil {
 			return nil, nil
 		}
@@ -379,9 +560,9 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	// While the chain has answered every message so far, the stream has no server to ask
 	// (opening it now would send no message and wait for headers a server waiting for one
 	// never sends): its headers are the first local reply's.
-	c.openMu.Lock()
+	c.csMu.Lock()
 	unopened := !c.opened
-	c.openMu.Unlock()
+	c.csMu.Unlock()
 	if unopened && c.answeredLocally() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -396,20 +577,16 @@ func (c *clientStream) Header() (metadata.MD, error) {
 	if err != nil {
 		return nil, nil
 	}
-	h, err := cs.Header()
-	if err != nil && err != io.EOF {
-		// grpc-go has ended the stream (its contract: a non-EOF error from Header).
-		c.finish(err, nil)
-	}
-	return h, err
+	// grpc-go's Header returns no error: when it finds the stream over, it ends it, which
+	// ends it for the chain too (grpcFinished), and returns nil.
+	return cs.Header()
 }
 
 func (c *clientStream) Trailer() metadata.MD {
-	c.openMu.Lock()
-	cs := c.cs
-	c.openMu.Unlock()
+	cs := c.current()
 	if cs == nil {
-		return metadata.MD{} // as grpc-go's for a stream that ended without trailers
+		// As grpc-go's before the stream's end, or for one that ended without trailers.
+		return metadata.MD{}
 	}
 	return cs.Trailer()
 }
@@ -426,12 +603,9 @@ func (c *clientStream) CloseSend() error {
 	// A stream none of whose messages went to the server stays unopened: opening it now
 	// would call the server with no message (a server-streaming method then fails with
 	// "no request message"), where the chain has already answered.
-	c.openMu.Lock()
-	if !c.opened && c.answeredLocally() {
-		c.opened = true
-		c.openErr = errAnsweredLocally
+	if c.answeredLocally() {
+		c.keepUnopened(errAnsweredLocally)
 	}
-	c.openMu.Unlock()
 	cs, err := c.stream(nil, "")
 	if err != nil {
 		// Answered locally, or the stream did not open: as grpc-go's CloseSend, it
@@ -447,12 +621,23 @@ func (c *clientStream) answeredLocally() bool {
 	return c.answered
 }
 
+// Context is grpc-go's stream context once the stream is open. Before (the stream opens at
+// its first message), and while it opens, it is a context of Weft's: the caller's (values,
+// deadline) without the peer, which no transport has been picked for yet. It ends when the
+// stream ends, as grpc-go's does: finish cancels c.ctx, its parent, however the stream ends
+// once open; ClientConn.Close before that ends it through a watch on the connection.
 func (c *clientStream) Context() context.Context {
-	c.openMu.Lock()
+	c.csMu.Lock()
 	cs := c.cs
-	c.openMu.Unlock()
+	if cs == nil && c.preOpen == nil {
+		ctx, cancel := context.WithCancel(c.ctx)
+		c.preOpen = ctx
+		onConnClose(ctx, c.cc, cancel)
+	}
+	pre := c.preOpen
+	c.csMu.Unlock()
 	if cs == nil {
-		return c.ctx
+		return pre
 	}
 	return cs.Context()
 }
@@ -539,12 +724,7 @@ func (c *clientStream) SendMsg(v any) error {
 			// CloseSend does for a stream whose messages were all answered, the stream
 			// stays unopened, so RecvMsg returns the reply, then io.EOF. (Opened without
 			// a message, the stream would wait for ever on a server waiting for one.)
-			c.openMu.Lock()
-			if !c.opened {
-				c.opened = true
-				c.openErr = errAnsweredLocally
-			}
-			c.openMu.Unlock()
+			c.keepUnopened(errAnsweredLocally)
 		}
 		return nil
 	}
@@ -624,8 +804,13 @@ func (c *clientStream) fail(err error) error {
 func (c *clientStream) RecvMsg(v any) error {
 	msg, ok := v.(proto.Message)
 	if !ok {
-		return status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v)
+		// As grpc-go's RecvMsg, which fails to decode into it, an error of the caller's
+		// ends the stream (grpc-go fails once a message has arrived; nothing would
+		// decode into it).
+		return c.fail(status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v))
 	}
+	c.beginRead()
+	defer c.endRead()
 	c.awaitFirstSend()
 	if answer := c.takeAnswer(); answer != nil {
 		return c.oneResponse(localReply(answer, msg), nil)
