@@ -598,3 +598,33 @@ fn check_reports_a_missing_file_and_checks_the_others() {
     assert!(err.contains("did you mean `user`?"), "{err}");
     assert!(err.contains("weft: 2 of 3 file(s) have errors"), "{err}");
 }
+
+/// A reader that goes away (`weft check … 2>&1 | head -1`) ends the program quietly with
+/// the status of a closed pipe; it used to panic (exit 101) in the middle of its output.
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.weft");
+    std::fs::write(&bad, "state:\n    x: nosuchtype\n").unwrap();
+    let bad = bad.to_string_lossy().into_owned();
+    // Far more diagnostics than a pipe holds, so a write meets the closed end.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(root())
+        .arg("check")
+        .args(std::iter::repeat_n(bad.as_str(), 3000))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run weft");
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("bad.weft"), "{first}");
+    // The reader is dropped here, as `head -1` exits.
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+}

@@ -165,6 +165,38 @@ enum Format {
     Text,
 }
 
+// `println!` and `eprintln!` panic when the reader has gone (`weft check … 2>&1 | head -1`
+// exited 101). These end the program quietly instead, as a command-line tool in a pipe
+// does; any other failure to write is said on stderr (a full disk must not pass silently).
+macro_rules! outln { ($($t:tt)*) => { emit(&mut std::io::stdout(), format_args!("{}\n", format_args!($($t)*))) } }
+macro_rules! errln { ($($t:tt)*) => { emit(&mut std::io::stderr(), format_args!("{}\n", format_args!($($t)*))) } }
+macro_rules! err { ($($t:tt)*) => { emit(&mut std::io::stderr(), format_args!($($t)*)) } }
+
+/// The exit status of a program a closed pipe stopped (128 + SIGPIPE, as shells report it).
+const CLOSED_PIPE: u8 = 141;
+
+fn emit(w: &mut dyn std::io::Write, args: std::fmt::Arguments<'_>) {
+    match w.write_fmt(args) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(i32::from(CLOSED_PIPE))
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "weft: cannot write the output: {e}");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// Whether `e` is a write to a reader that has gone: not worth a message.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -226,8 +258,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
         Err(e) => {
-            eprintln!("weft: {e:#}");
+            errln!("weft: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -416,12 +449,12 @@ fn cmd_props(
         diags.extend(d);
         element = e;
     }
-    eprint!("{}", render_all(&src, &diags));
+    err!("{}", render_all(&src, &diags));
     let Some(element) = element else {
         return Ok(ExitCode::from(1));
     };
     let props = weft_ir::props::analyse(&element);
-    println!("{}", serde_json::to_string_pretty(&props)?);
+    outln!("{}", serde_json::to_string_pretty(&props)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -448,13 +481,13 @@ fn cmd_sim(
             count,
             edge,
         }) => {
-            eprint!("{rendered}");
-            eprintln!("weft: {count} error(s) in the elements of edge `{edge}`");
+            err!("{rendered}");
+            errln!("weft: {count} error(s) in the elements of edge `{edge}`");
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e.into()),
     };
-    eprint!("{}", loaded.warnings);
+    err!("{}", loaded.warnings);
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let lines = parse_trace(&text).with_context(|| trace.display().to_string())?;
@@ -473,9 +506,7 @@ fn cmd_sim(
     if let (n, Some(e)) = jit.failures()
         && n > 0
     {
-        eprintln!(
-            "weft: {n} segment(s) ran in the interpreter: the JIT could not compile them: {e}"
-        );
+        errln!("weft: {n} segment(s) ran in the interpreter: the JIT could not compile them: {e}");
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -528,7 +559,7 @@ fn cmd_sim(
 fn load_or_report(cfg: &Config, edge: &str) -> Result<Result<LoadedEdge, ExitCode>> {
     match load_edge(cfg, edge) {
         Ok(l) => {
-            eprint!("{}", l.warnings);
+            err!("{}", l.warnings);
             Ok(Ok(l))
         }
         Err(LoadError::Diagnostics {
@@ -536,8 +567,8 @@ fn load_or_report(cfg: &Config, edge: &str) -> Result<Result<LoadedEdge, ExitCod
             count,
             edge,
         }) => {
-            eprint!("{rendered}");
-            eprintln!("weft: {count} error(s) in the elements of edge `{edge}`");
+            err!("{rendered}");
+            errln!("weft: {count} error(s) in the elements of edge `{edge}`");
             Ok(Err(ExitCode::from(1)))
         }
         Err(e) => Err(e.into()),
@@ -629,7 +660,7 @@ fn cmd_equiv(
     };
     let obs = consistency.unwrap_or(loaded.edge.consistency);
     let verdict = checker.check(&layout, obs);
-    println!("{}", verdict.reason);
+    outln!("{}", verdict.reason);
     Ok(if verdict.equivalent {
         ExitCode::SUCCESS
     } else {
@@ -680,7 +711,7 @@ fn cmd_bench(
         BenchExecutor::Jit => &[("jit", Some(Fusion::Fused))],
         BenchExecutor::Both => &[("interp", None), ("jit", Some(Fusion::Fused))],
     };
-    println!(
+    outln!(
         "edge {edge}: {} element(s), method {}, {n} RPCs",
         elements.len(),
         method.full_name
@@ -710,7 +741,7 @@ fn cmd_bench(
             rig.run();
         }
         let whole = ns_per_rpc(start.elapsed(), n);
-        println!(
+        outln!(
             "{name:>7}: {chain:10.1} ns/RPC in the chain, {whole:10.1} with the copies  \
              ({} of {n} reached the server)",
             tally.forwarded
@@ -722,12 +753,12 @@ fn cmd_bench(
             .map(|e| e.use_.name.as_str())
             .collect();
         if let Some(others) = tally.describe(&names) {
-            println!("{:>7}  {others}", "");
+            outln!("{:>7}  {others}", "");
         }
         results.push((chain, whole));
     }
     if let [(interp, interp_whole), (jit, jit_whole)] = results[..] {
-        println!(
+        outln!(
             "speed-up: {:.1}x in the chain, {:.1}x with the copies",
             interp / jit,
             interp_whole / jit_whole
