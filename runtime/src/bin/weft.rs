@@ -166,27 +166,15 @@ enum Format {
 }
 
 // `println!` and `eprintln!` panic when the reader has gone (`weft check … 2>&1 | head -1`
-// exited 101). These end the program quietly instead, as a command-line tool in a pipe
-// does; any other failure to write is said on stderr (a full disk must not pass silently).
-macro_rules! outln { ($($t:tt)*) => { emit(&mut std::io::stdout(), format_args!("{}\n", format_args!($($t)*))) } }
-macro_rules! errln { ($($t:tt)*) => { emit(&mut std::io::stderr(), format_args!("{}\n", format_args!($($t)*))) } }
-macro_rules! err { ($($t:tt)*) => { emit(&mut std::io::stderr(), format_args!($($t)*)) } }
+// exited 101). These return the error instead: `main` ends quietly on a closed pipe, as a
+// command-line tool in a pipe does, and says any other failure to write (a full disk must
+// not pass silently).
+macro_rules! outln { ($($t:tt)*) => { writeln!(std::io::stdout(), $($t)*)? } }
+macro_rules! errln { ($($t:tt)*) => { writeln!(std::io::stderr(), $($t)*)? } }
+macro_rules! err { ($($t:tt)*) => { write!(std::io::stderr(), $($t)*)? } }
 
 /// The exit status of a program a closed pipe stopped (128 + SIGPIPE, as shells report it).
 const CLOSED_PIPE: u8 = 141;
-
-fn emit(w: &mut dyn std::io::Write, args: std::fmt::Arguments<'_>) {
-    match w.write_fmt(args) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            std::process::exit(i32::from(CLOSED_PIPE))
-        }
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "weft: cannot write the output: {e}");
-            std::process::exit(2)
-        }
-    }
-}
 
 /// Whether `e` is a write to a reader that has gone: not worth a message.
 fn closed_pipe(e: &anyhow::Error) -> bool {
@@ -260,7 +248,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
         Err(e) => {
-            errln!("weft: {e:#}");
+            // Nothing more can be said if stderr itself is gone.
+            let _ = writeln!(std::io::stderr(), "weft: {e:#}");
             ExitCode::from(2)
         }
     }
