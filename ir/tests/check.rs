@@ -893,6 +893,40 @@ fn foreach_over_an_option_of_a_collection_unwraps_it_with_a_warning() {
 }
 
 #[test]
+fn a_literal_operand_takes_the_other_operands_type_not_the_contexts() {
+    // A review: with a float `f`, `f = 100 * hits / total` divided as floats (33.33…) while
+    // `f = hits * 100 / total` divided as ints (33.0); language.md says integer `/`
+    // truncates. Both are integer divisions now, widened where they are assigned.
+    for (i, expr) in [
+        "100 * hits / total",
+        "hits * 100 / total",
+        "7 / total",
+        "-7 / total",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let src = req_only(
+            "f: float",
+            &format!(
+                "hits = get(rpc, 'limit')\ntotal = get(rpc, 'offset')\nf = {expr}\nsend(rpc, Down)"
+            ),
+        );
+        let e = check_catalog(&src).clean();
+        let value = stored(&e, &e.req, "f");
+        let division = expr_tree(value)
+            .into_iter()
+            .find(|x| matches!(x.kind, ExprKind::Binary { op: BinOp::Div, .. }))
+            .unwrap_or_else(|| panic!("{i}: no division in {value:?}"));
+        assert_eq!(division.ty, Type::Int, "{expr}: {division:?}");
+    }
+    // All literals: the context still types them (`f = 1 / 2` is 0.5).
+    let src = req_only("f: float", "f = 1 / 2\nsend(rpc, Down)");
+    let e = check_catalog(&src).clean();
+    assert_eq!(constant(stored(&e, &e.req, "f")), &Value::Float(0.5));
+}
+
+#[test]
 fn a_read_modify_write_lambda_may_return_none_after_some() {
     let src = req_only(
         "m: Map<string, int>",

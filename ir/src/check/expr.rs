@@ -265,6 +265,14 @@ impl Checker<'_> {
                     let r = self.expr(rhs, hint_ty);
                     let l = self.expr(lhs, Some(&r.ty).filter(|t| **t != Type::Dyn));
                     (l, r)
+                } else if literal_only(lhs) && !literal_only(rhs) {
+                    // A literal takes its type from the other operand, not from where the
+                    // result goes: in `f = 7 / total` (a float `f`, an int `total`) the
+                    // division is an integer one, as `total / 7` is; the context typed the
+                    // 7 as a float, and the whole division with it.
+                    let r = self.expr(rhs, hint_ty);
+                    let l = self.expr(lhs, Some(&r.ty).filter(|t| **t != Type::Dyn).or(hint_ty));
+                    (l, r)
                 } else {
                     let l = self.expr(lhs, hint_ty);
                     let r = self.expr(rhs, Some(&l.ty).filter(|t| **t != Type::Dyn).or(hint_ty));
@@ -493,4 +501,25 @@ impl Checker<'_> {
 /// The bare name `None` (typed only by its context).
 fn is_none_name(e: &ast::Expr) -> bool {
     matches!(&e.kind, ast::ExprKind::Name(n) if n == "None")
+}
+
+/// Whether `e` is a constant number made of literals (`2`, `-1`, `3 * 60`, `min(0 - 1, 7)`):
+/// such an operand takes its type from the other operand of an arithmetic operator when
+/// that one is not constant too.
+fn literal_only(e: &ast::Expr) -> bool {
+    match &e.kind {
+        ast::ExprKind::Lit(Lit::Int(_) | Lit::Float(_)) => true,
+        ast::ExprKind::Unary { operand, .. } => literal_only(operand),
+        ast::ExprKind::Binary { op, lhs, rhs } => {
+            !op.is_comparison()
+                && !matches!(op, BinOp::And | BinOp::Or)
+                && literal_only(lhs)
+                && literal_only(rhs)
+        }
+        ast::ExprKind::Call { func, args } => {
+            matches!(func.name.as_str(), "min" | "max" | "abs" | "int" | "uint" | "float")
+                && args.iter().all(literal_only)
+        }
+        _ => false,
+    }
 }
