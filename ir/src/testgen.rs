@@ -1418,8 +1418,16 @@ impl Gen<'_> {
     fn set_header(&mut self) -> Option<Stmt> {
         let id = self.any_msg_local()?;
         let m = self.locals[id].name.clone();
-        let name = self.header_name(2);
-        let value = self.expr(&Type::Str, true, self.cfg.max_expr_depth);
+        let mut name = self.header_name(2);
+        let mut value = self.expr(&Type::Str, true, self.cfg.max_expr_depth);
+        // The checker refuses a literal name gRPC or Weft reserves or HTTP/2 cannot carry,
+        // and a literal value that is not printable ASCII: keep literals writable.
+        if let ExprKind::Lit(Lit::Str(s)) = &mut name.kind {
+            *s = writable_header_name(s);
+        }
+        if let ExprKind::Lit(Lit::Str(s)) = &mut value.kind {
+            s.retain(|c| (' '..='~').contains(&c));
+        }
         Some(st(StmtKind::Expr(call(
             "set_rpc_header",
             vec![name_e(&m), name, value],
@@ -3075,4 +3083,23 @@ mod tests {
         // Then the fallback stream, which never stalls.
         let _ = e.below(7);
     }
+}
+
+/// `s` made a header name an element may write: lower-case letters, digits, `-`, `_` and
+/// `.`, and none of the names gRPC or Weft reserve.
+fn writable_header_name(s: &str) -> String {
+    let mut name: String = s
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '-',
+        })
+        .collect();
+    if name.is_empty()
+        || name.starts_with("grpc-")
+        || matches!(name.as_str(), "content-type" | "te" | "weft-version")
+    {
+        name.insert_str(0, "x-");
+    }
+    name
 }

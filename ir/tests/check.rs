@@ -927,6 +927,43 @@ fn a_literal_operand_takes_the_other_operands_type_not_the_contexts() {
 }
 
 #[test]
+fn an_element_writes_only_headers_of_its_own_that_grpc_can_carry() {
+    let errors = |call: &str| {
+        let c = check_catalog(&req_only("", &format!("{call}\nsend(rpc, Down)")));
+        c.errors()
+            .iter()
+            .map(|e| (*e).to_owned())
+            .collect::<Vec<_>>()
+    };
+    for reserved in [
+        "grpc-status",
+        ":authority",
+        "content-type",
+        "te",
+        "weft-version",
+    ] {
+        assert_eq!(
+            errors(&format!("set_rpc_header(rpc, '{reserved}', 'x')")),
+            [format!(
+                "header '{reserved}' belongs to gRPC or to Weft; an element cannot write it"
+            )],
+        );
+    }
+    assert_eq!(
+        errors("set_rpc_header(rpc, 'x-bad value', 'x')"),
+        ["'x-bad value' is not a gRPC metadata key"]
+    );
+    assert_eq!(
+        errors("set_rpc_header(rpc, 'x-tenant', 'a\\r\\nInjected: 1')"),
+        ["a header value is printable ASCII (a key ending in `-bin` carries any bytes)"]
+    );
+    assert!(errors("set_rpc_header(rpc, 'x-tenant.id_2', 'blue')").is_empty());
+    assert!(errors("set_rpc_header(rpc, 'x-trace-bin', 'caf\u{e9}')").is_empty());
+    // Reading them is fine.
+    assert!(errors("x = get_rpc_header(rpc, 'grpc-timeout')").is_empty());
+}
+
+#[test]
 fn a_read_modify_write_lambda_may_return_none_after_some() {
     let src = req_only(
         "m: Map<string, int>",

@@ -517,8 +517,10 @@ fn literal_only(e: &ast::Expr) -> bool {
                 && literal_only(rhs)
         }
         ast::ExprKind::Call { func, args } => {
-            matches!(func.name.as_str(), "min" | "max" | "abs" | "int" | "uint" | "float")
-                && args.iter().all(literal_only)
+            matches!(
+                func.name.as_str(),
+                "min" | "max" | "abs" | "int" | "uint" | "float"
+            ) && args.iter().all(literal_only)
         }
         _ => false,
     }

@@ -172,6 +172,47 @@ impl Checker<'_> {
         }
     }
 
+    /// A literal header name an element may write, with a literal value gRPC can carry:
+    /// pseudo-headers, `grpc-*`, `content-type` and `te` belong to the transport (a
+    /// `grpc-status` written into an OK response contradicted its status), `weft-version`
+    /// to the engine (it picks the version of the chain a request runs), and keys and
+    /// values outside what HTTP/2 metadata allows would be dropped or refused on the wire.
+    fn header_name_writable(&mut self, name: &ast::Expr, value: &ast::Expr) {
+        let ast::ExprKind::Lit(Lit::Str(n)) = &name.kind else {
+            return;
+        };
+        let lower = n.to_ascii_lowercase();
+        let reserved = lower.starts_with(':')
+            || lower.starts_with("grpc-")
+            || matches!(lower.as_str(), "content-type" | "te" | "weft-version");
+        if reserved {
+            self.error(
+                name.span,
+                format!("header '{n}' belongs to gRPC or to Weft; an element cannot write it"),
+            )
+            .hint = Some("use a name of your own, e.g. 'x-…'".into());
+            return;
+        }
+        if n.is_empty()
+            || !lower
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+        {
+            self.error(name.span, format!("'{n}' is not a gRPC metadata key"))
+                .hint = Some("keys are lower-case letters, digits, `-`, `_` and `.`".into());
+            return;
+        }
+        if let ast::ExprKind::Lit(Lit::Str(v)) = &value.kind
+            && !lower.ends_with("-bin")
+            && !v.bytes().all(|b| (0x20..0x7f).contains(&b))
+        {
+            self.error(
+                value.span,
+                "a header value is printable ASCII (a key ending in `-bin` carries any bytes)",
+            );
+        }
+    }
+
     pub(super) fn set_header(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
         if !self.arity(
             "set_rpc_header",
@@ -200,6 +241,7 @@ impl Checker<'_> {
         let name = self.expr(&args[1], Some(&Type::Str));
         let name = self.coerce(name, &Type::Str, "the header name");
         self.header_name_case(&args[1]);
+        self.header_name_writable(&args[1], &args[2]);
         let value = self.expr(&args[2], Some(&Type::Str));
         let value = self.coerce(value, &Type::Str, "a header value");
         Some(StmtKind::SetHeader { msg, name, value })
