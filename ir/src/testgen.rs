@@ -3047,6 +3047,25 @@ pub fn exercise(
     Ok(out)
 }
 
+/// `s` made a header name an element may write: lower-case letters, digits, `-`, `_` and
+/// `.`, and none of the names gRPC or Weft reserve.
+fn writable_header_name(s: &str) -> String {
+    let mut name: String = s
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '-',
+        })
+        .collect();
+    if name.is_empty()
+        || name.starts_with("grpc-")
+        || matches!(name.as_str(), "content-type" | "te" | "weft-version")
+    {
+        name.insert_str(0, "x-");
+    }
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -3083,23 +3102,4 @@ mod tests {
         // Then the fallback stream, which never stalls.
         let _ = e.below(7);
     }
-}
-
-/// `s` made a header name an element may write: lower-case letters, digits, `-`, `_` and
-/// `.`, and none of the names gRPC or Weft reserve.
-fn writable_header_name(s: &str) -> String {
-    let mut name: String = s
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '-' | '_' | '.' => c,
-            _ => '-',
-        })
-        .collect();
-    if name.is_empty()
-        || name.starts_with("grpc-")
-        || matches!(name.as_str(), "content-type" | "te" | "weft-version")
-    {
-        name.insert_str(0, "x-");
-    }
-    name
 }
