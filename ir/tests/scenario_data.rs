@@ -15,7 +15,9 @@ use base64::Engine as _;
 use common::*;
 use serde_json::json;
 use weft_hostcalls::{Code, MsgKind, Value, builtins};
-use weft_ir::sim::Outcome;
+use weft_ir::config::Config;
+use weft_ir::load::load_edge;
+use weft_ir::sim::{Outcome, SimOptions, parse_trace, simulate};
 
 // ---------------------------------------------------------------------------------------------
 // cache
@@ -46,6 +48,10 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
             .resp(json!({"body": "Z6"})),
         rpc(7, 6.0).body("z").resp(json!({"body": "Z7"})),
         rpc(8, 8.0).body("z"),
+        // An empty key (proto3 cannot tell it from unset) is neither stored nor answered:
+        // every request without the field would otherwise share one answer.
+        rpc(9, 9.0).body("").resp(json!({"body": "anon"})),
+        rpc(10, 10.0).body("").resp(json!({"body": "bob's"})),
     ];
     let report = sc.run(trace);
 
@@ -84,6 +90,9 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
     let r8 = result(&report, 8);
     assert_eq!(r8.outcome, Outcome::Replied);
     assert_eq!(r8.client_got, Some(json!({"body": "Z6"})));
+    let r10 = result(&report, 10);
+    assert_ok(r10);
+    assert_eq!(r10.client_got, Some(json!({"body": "bob's"})));
 
     // The cache holds one successful response per key.
     let Value::Map(cache) = state(&report, "cache@client", "cache") else {
@@ -93,13 +102,59 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
         .iter()
         .map(|(k, v)| (k.as_str().unwrap().to_owned(), sc.decode(msg(v))))
         .collect();
+    // Keyed by the method and the field's value.
+    let key = |v: &str| format!("{METHOD} {v}");
     assert_eq!(
         stored,
         [
-            ("x".into(), json!({"body": "X1", "served_by": "s1"})),
-            ("y".into(), json!({"body": "Y"})),
-            ("z".into(), json!({"body": "Z6"})),
+            (key("x"), json!({"body": "X1", "served_by": "s1"})),
+            (key("y"), json!({"body": "Y"})),
+            (key("z"), json!({"body": "Z6"})),
         ]
+    );
+}
+
+#[test]
+fn cache_never_answers_one_method_with_anothers_response() {
+    // A review: on an edge of two methods keyed by `user`, GetBalance got GetProfile's
+    // answer, decoded as a balance.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.proto"),
+        "syntax = \"proto3\";\npackage t;\nservice Svc {\n  rpc GetProfile(Req) returns (Profile);\n  rpc GetBalance(Req) returns (Balance);\n}\nmessage Req { string user = 1; }\nmessage Profile { string name = 1; string email = 2; }\nmessage Balance { string account = 1; string iban = 2; }\n",
+    )
+    .unwrap();
+    let elements = protos_dir().join("../../../elements");
+    let yaml = format!(
+        "protos: [t.proto]\nelement_paths: [{}]\nedges:\n  fe->svc:\n    from: fe\n    to: svc\n    method: t.Svc/*\n    client:\n      - cache: {{field: user}}\n",
+        elements.display()
+    );
+    let config = Config::parse("t.yaml", dir.path(), &yaml).unwrap();
+    let edge = load_edge(&config, "fe->svc").unwrap();
+    let trace = [
+        r#"{"id":1,"t":0,"method":"t.Svc/GetProfile","req":{"user":"alice"},"resp":{"name":"Alice","email":"alice@x"}}"#,
+        r#"{"id":2,"t":1,"method":"t.Svc/GetBalance","req":{"user":"alice"},"resp":{"account":"ACC-1","iban":"DE00"}}"#,
+        r#"{"id":3,"t":2,"method":"t.Svc/GetProfile","req":{"user":"alice"}}"#,
+    ];
+    let lines = parse_trace(&trace.join("\n")).unwrap();
+    let report = simulate(
+        &edge,
+        &lines,
+        SimOptions { seed: 1 },
+        config.sim.weak_sync_interval,
+    )
+    .unwrap();
+    let r2 = result(&report, 2);
+    assert_eq!(r2.outcome, Outcome::Ok, "{r2:?}");
+    assert_eq!(
+        r2.client_got,
+        Some(json!({"account": "ACC-1", "iban": "DE00"}))
+    );
+    let r3 = result(&report, 3);
+    assert_eq!(r3.outcome, Outcome::Replied, "{r3:?}");
+    assert_eq!(
+        r3.client_got,
+        Some(json!({"name": "Alice", "email": "alice@x"}))
     );
 }
 
