@@ -217,7 +217,9 @@ fn cache() {
                 // A hit answers locally: the server never sees that request.
                 may_drop: true,
                 may_reply: true,
-                drop_deps: &["field:body", "state:cache"],
+                // The key is the method and the field (one method's answer never reaches
+                // another's caller).
+                drop_deps: &["field:body", "method", "state:cache"],
                 ..NOTHING
             },
             Expect {
@@ -371,7 +373,11 @@ fn loadbalance_round_robin() {
         "loadbalance(round_robin)",
         &p,
         [
-            NOTHING,
+            // `init` marks `next` unset (a round-robin start is drawn on first use).
+            Expect {
+                state_written: &["next"],
+                ..NOTHING
+            },
             Expect {
                 fields_read: &["header:dst"],
                 fields_written: &["header:dst"],
@@ -396,7 +402,11 @@ fn loadbalance_random() {
         "loadbalance(random)",
         &p,
         [
-            NOTHING,
+            // `init` marks `next` unset (a round-robin start is drawn on first use).
+            Expect {
+                state_written: &["next"],
+                ..NOTHING
+            },
             Expect {
                 fields_read: &["header:dst"],
                 fields_written: &["header:dst"],
@@ -426,7 +436,11 @@ fn loadbalance_sticky() {
         "loadbalance(sticky)",
         &p,
         [
-            NOTHING,
+            // `init` marks `next` unset (a round-robin start is drawn on first use).
+            Expect {
+                state_written: &["next"],
+                ..NOTHING
+            },
             Expect {
                 fields_read: &["header:dst", "user"],
                 fields_written: &["header:dst"],

@@ -42,15 +42,58 @@ server:
   - metrics",
     );
     let report = sc.run((1..=7).map(|i| rpc(i, i as f64)));
-    assert_eq!(dsts(&report), ["a", "b", "c", "a", "b", "c", "a"]);
+    // In turn, from a random place (client replicas started together do not all start at
+    // the first replica).
+    let start = first_place(&report, &["a", "b", "c"]);
+    assert_eq!(dsts(&report), in_turn(&["a", "b", "c"], start, 7));
     // The `dst` header is the route, not something the server sees as metadata.
     assert!(report.results.iter().all(|r| r.server_headers.is_empty()));
-    assert_eq!(state_int(&report, "loadbalance@client", "next"), 7 % 3);
+    assert_eq!(
+        state_int(&report, "loadbalance@client", "next"),
+        (start as i64 + 7) % 3
+    );
     // Server-side elements run once per routed replica.
-    assert_eq!(state_int(&report, "metrics@a", "total"), 3);
-    assert_eq!(state_int(&report, "metrics@b", "total"), 2);
-    assert_eq!(state_int(&report, "metrics@c", "total"), 2);
+    for (i, replica) in ["a", "b", "c"].into_iter().enumerate() {
+        let visits = (0..7).filter(|k| (start + k) % 3 == i).count() as i64;
+        assert_eq!(
+            state_int(&report, &format!("metrics@{replica}"), "total"),
+            visits
+        );
+    }
     assert!(!has_instance(&report, "metrics@svc"));
+}
+
+/// Where in `list` the first RPC of `report` was routed.
+fn first_place(report: &SimReport, list: &[&str]) -> usize {
+    let first = dsts(report)[0].clone();
+    list.iter()
+        .position(|r| *r == first)
+        .expect("routed to a listed replica")
+}
+
+/// `n` turns over `list`, from index `start`.
+fn in_turn(list: &[&str], start: usize, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|k| list[(start + k) % list.len()].to_owned())
+        .collect()
+}
+
+#[test]
+fn loadbalance_round_robin_starts_client_replicas_at_different_places() {
+    // A review: three client replicas sending at once all went to one replica, then all
+    // to the next. From random places, 20 client replicas do not all start alike.
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: round_robin}
+    state: {replicas: [a, b, c]}",
+    );
+    let report = sc.run((1..=20).map(|i| rpc(i, 1.0).src(&format!("app-{i}"))));
+    let firsts: BTreeSet<String> = dsts(&report).into_iter().collect();
+    assert!(
+        firsts.len() > 1,
+        "every client replica started at {firsts:?}"
+    );
 }
 
 #[test]
@@ -72,8 +115,11 @@ fn loadbalance_round_robin_follows_control_plane_writes() {
     ));
     trace.extend((5..=8).map(|i| rpc(i, i as f64 + 10.0)));
     let report = sc.run(trace);
-    // After four RPCs `next` is 4 % 3 = 1, so the new list is served from index 1.
-    assert_eq!(dsts(&report), ["a", "b", "c", "a", "c", "d", "a", "c"]);
+    // Four RPCs in turn over the first list; `next` then indexes the new list where it is.
+    let start = first_place(&report, &["a", "b", "c"]);
+    let mut expected = in_turn(&["a", "b", "c"], start, 4);
+    expected.extend(in_turn(&["a", "c", "d"], (start + 4) % 3, 4));
+    assert_eq!(dsts(&report), expected);
     assert_eq!(
         state(&report, "loadbalance@client", "replicas"),
         &strs(&["a", "c", "d"])
@@ -91,8 +137,11 @@ fn loadbalance_control_plane_list_replaces_the_configured_one() {
     trace.push(control(5.0, "loadbalance", "replicas", json!(["x", "y"])));
     trace.extend((3..=6).map(|i| rpc(i, i as f64 + 5.0)));
     let report = sc.run(trace);
-    // `next` is 2 when the list changes; 2 % 2 = 0 starts the new list at x.
-    assert_eq!(dsts(&report), ["a", "b", "x", "y", "x", "y"]);
+    // `next` is start + 2 when the list changes, taken modulo the new list's length.
+    let start = first_place(&report, &["a", "b", "c"]);
+    let mut expected = in_turn(&["a", "b", "c"], start, 2);
+    expected.extend(in_turn(&["x", "y"], ((start + 2) % 3) % 2, 4));
+    assert_eq!(dsts(&report), expected);
 }
 
 #[test]
@@ -551,4 +600,30 @@ fn a_route_set_inside_a_read_modify_write_picks_the_next_elements_replica() {
     assert_eq!(report.results[1].dst.as_deref(), Some("svc-1"));
     assert_eq!(state_int(&report, "local_counter@svc", "count"), 1);
     assert_eq!(state_int(&report, "local_counter@svc-1", "count"), 1);
+}
+
+#[test]
+fn loadbalance_sticky_picks_the_same_replica_for_a_key_on_every_client_replica() {
+    // A review: alice went to echo-0, echo-1, echo-0 and echo-3 from four frontends, each
+    // of which picked at random.
+    let sc = Scenario::new(
+        "client:
+  - element: loadbalance
+    params: {policy: sticky, key_field: user}
+    state: {replicas: [a, b, c, d]}",
+    );
+    let users = ["alice", "bob", "carol", "dave", "erin"];
+    let trace = users.iter().enumerate().flat_map(|(u, user)| {
+        (0..4).map(move |f| {
+            rpc((u * 4 + f + 1) as u64, (u * 4 + f) as f64)
+                .src(&format!("app-{f}"))
+                .user(user)
+        })
+    });
+    let report = sc.run(trace);
+    let dsts = dsts(&report);
+    for (u, user) in users.iter().enumerate() {
+        let picks: BTreeSet<&String> = dsts[u * 4..u * 4 + 4].iter().collect();
+        assert_eq!(picks.len(), 1, "{user}: {picks:?}");
+    }
 }
