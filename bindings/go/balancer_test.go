@@ -57,17 +57,21 @@ func TestRouteToAnUnreachableReplicaFailsFast(t *testing.T) {
 		r, err := c.Say(ctx, &echopb.SayRequest{User: "alice", Body: "hi"}, opts...)
 		return r.GetServedBy(), time.Since(start), err
 	}
-	for _, want := range []string{"echo-0", "echo-1"} {
-		if got, _, err := say(); err != nil || got != want {
-			t.Fatalf("served by %q (%v), want %s", got, err, want)
-		}
+	// Round robin starts each client at a random place: the first RPC says where.
+	first, _, err := say()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := map[string]int{"echo-0": 0, "echo-1": 1}[first]
+	if got, _, err := say(); err != nil || got != turn([]string{"echo-0", "echo-1"}, start, 1) {
+		t.Fatalf("served by %q (%v) after %s, want the other replica", got, err, first)
 	}
 
 	down.srv.Stop()
 	// Round robin: every second RPC goes to echo-1.
 	for i := range 4 {
 		got, took, err := say()
-		if i%2 == 0 {
+		if (start+i)%2 == 0 {
 			if err != nil || got != "echo-0" {
 				t.Fatalf("rpc %d: served by %q (%v), want echo-0", i, got, err)
 			}
@@ -82,7 +86,7 @@ func TestRouteToAnUnreachableReplicaFailsFast(t *testing.T) {
 	// for it (grpc-go retries the connection after a backoff of about a second).
 	startReplica(t, "echo-1", down.addr)
 	for i := range 2 {
-		want := []string{"echo-0", "echo-1"}[i]
+		want := turn([]string{"echo-0", "echo-1"}, start, i)
 		if got, _, err := say(grpc.WaitForReady(true)); err != nil || got != want {
 			t.Fatalf("after the restart: served by %q (%v), want %s", got, err, want)
 		}
@@ -101,9 +105,27 @@ func TestRouteToAnUnknownReplicaFails(t *testing.T) {
 	up := startReplica(t, "echo-0", "127.0.0.1:0")
 	target, lb := weft.Replicas(weft.Replica{Name: up.name, Addr: up.addr})
 	c := dial(t, target, append(crt.DialOptions(), lb...)...)
-	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice"}); err != nil {
-		t.Fatal(err)
+	// Round robin from a random place: one of two RPCs goes to each replica. Even one
+	// that waits for ready fails at once when routed to echo-9.
+	var served, failed int
+	for range 2 {
+		r, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice"}, grpc.WaitForReady(true))
+		if err != nil {
+			wantCode(t, err, codes.Unavailable, fmt.Sprintf("%q", "echo-9"))
+			failed++
+			continue
+		}
+		if r.GetServedBy() != "echo-0" {
+			t.Fatalf("served by %q", r.GetServedBy())
+		}
+		served++
 	}
-	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice"}, grpc.WaitForReady(true))
-	wantCode(t, err, codes.Unavailable, fmt.Sprintf("%q", "echo-9"))
+	if served != 1 || failed != 1 {
+		t.Fatalf("%d served and %d failed, want one each", served, failed)
+	}
+}
+
+// The replica round robin picks `k` turns after the one at index `start` of `list`.
+func turn(list []string, start, k int) string {
+	return list[(start+k)%len(list)]
 }
