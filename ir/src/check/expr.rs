@@ -265,7 +265,7 @@ impl Checker<'_> {
                     let r = self.expr(rhs, hint_ty);
                     let l = self.expr(lhs, Some(&r.ty).filter(|t| **t != Type::Dyn));
                     (l, r)
-                } else if literal_only(lhs) && !literal_only(rhs) {
+                } else if constant_number(lhs) && !constant_number(rhs) {
                     // A literal takes its type from the other operand, not from where the
                     // result goes: in `f = 7 / total` (a float `f`, an int `total`) the
                     // division is an integer one, as `total / 7` is; the context typed the
@@ -506,21 +506,21 @@ fn is_none_name(e: &ast::Expr) -> bool {
 /// Whether `e` is a constant number made of literals (`2`, `-1`, `3 * 60`, `min(0 - 1, 7)`):
 /// such an operand takes its type from the other operand of an arithmetic operator when
 /// that one is not constant too.
-fn literal_only(e: &ast::Expr) -> bool {
+fn constant_number(e: &ast::Expr) -> bool {
     match &e.kind {
         ast::ExprKind::Lit(Lit::Int(_) | Lit::Float(_)) => true,
-        ast::ExprKind::Unary { operand, .. } => literal_only(operand),
+        ast::ExprKind::Unary { operand, .. } => constant_number(operand),
         ast::ExprKind::Binary { op, lhs, rhs } => {
             !op.is_comparison()
                 && !matches!(op, BinOp::And | BinOp::Or)
-                && literal_only(lhs)
-                && literal_only(rhs)
+                && constant_number(lhs)
+                && constant_number(rhs)
         }
         ast::ExprKind::Call { func, args } => {
             matches!(
                 func.name.as_str(),
                 "min" | "max" | "abs" | "int" | "uint" | "float"
-            ) && args.iter().all(literal_only)
+            ) && args.iter().all(constant_number)
         }
         _ => false,
     }
