@@ -18,7 +18,7 @@ use weft_hostcalls::rng::SeededRng;
 use weft_hostcalls::state::{LocalStore, SharedState};
 use weft_ir::abstraction::{ElementAbs, HandlerAbs, Input, Target, abstract_element};
 use weft_ir::config::{Config, Side};
-use weft_ir::interp::{self, Host, Instance, RpcInfo};
+use weft_ir::interp::{Host, Instance, RpcInfo};
 use weft_ir::layout::Layout;
 use weft_ir::load::{
     LoadedEdge, element_candidates, element_source, load_edge_with_schema, load_schema_with_inputs,
@@ -1371,16 +1371,17 @@ fn start_instance(
     let store = block_store(&ir, Box::new(store));
     let rng = instance_rng(options, &scope, service, version).map_err(err)?;
     let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
-    instance.max_iterations = el.use_.iteration_limit();
     let mut host = Host {
         clock: &*options.clock,
         channels,
     };
-    interp::run_init(&mut instance, &ir, &mut host)
-        .map_err(|e| err(format!("`init` failed: {e}")))?;
-    for (var, value) in &el.use_.state {
-        write_state(instance.store.as_mut(), &ir, var, None, value.clone())
-            .map_err(|m| err(format!("config state `{var}`: {m}")))?;
-    }
+    // As the simulator and `weft bench` start one; this process holds the element's only
+    // instance, so it writes the configured shared state too.
+    weft_ir::sim::start_instance(&mut instance, &ir, &el.use_, true, &mut host).map_err(
+        |e| match e {
+            weft_ir::sim::SimError::Element { message, .. } => err(message),
+            other => err(other.to_string()),
+        },
+    )?;
     Ok(instance)
 }
