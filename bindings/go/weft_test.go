@@ -402,28 +402,36 @@ func TestCorruptReplyIsCounted(t *testing.T) {
 	}
 }
 
-// An element that fails at run time rejects the RPC with INTERNAL and is counted, and the
-// count survives Close.
-func TestElementErrorsAreCounted(t *testing.T) {
+// openServerElement opens the echo service's runtime with element `name` (its source given)
+// as the server side of frontend->echo, listed as `entry` (a name, or a mapping's lines).
+func openServerElement(t *testing.T, name, source, entry string) *weft.Runtime {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "elements"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	divide := "state:\n    quotient: int\n\ninit():\n    pass\n\nreq(rpc):\n    quotient = 100 / get(rpc, 'priority')\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
-	if err := os.WriteFile(filepath.Join(dir, "elements", "divide.weft"), []byte(divide), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "elements", name+".weft"), []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - divide\n"
+	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - " + entry + "\n"
 	rt, err := weft.OpenYAML(yaml, dir, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rt
+}
+
+// An element that fails at run time rejects the RPC with INTERNAL and is counted, and the
+// count survives Close.
+func TestElementErrorsAreCounted(t *testing.T) {
+	divide := "state:\n    quotient: int\n\ninit():\n    pass\n\nreq(rpc):\n    quotient = 100 / get(rpc, 'priority')\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+	rt := openServerElement(t, "divide", divide, "divide")
 	srv, addr := serve(t, "echo-0", rt.ServerOptions()...)
 	c := dial(t, addr)
 	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi", Priority: 4}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}) // 100 / 0
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}) // 100 / 0
 	wantCode(t, err, codes.Internal, "")
 	if n := srv.calls.Load(); n != 1 {
 		t.Fatalf("the handler saw %d calls, want 1", n)
@@ -443,26 +451,15 @@ func TestElementErrorsAreCounted(t *testing.T) {
 // An RPC whose handler passes its element's max_iterations is an element error counted
 // apart as well, so an operator can tell a limit set too low from an element that fails.
 func TestIterationLimitRejectionsAreCountedApart(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "elements"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	count := "state:\n    tags: int\n\ninit():\n    pass\n\nreq(rpc):\n    foreach(get(rpc, 'tags'), lambda(t):\n        tags = tags + 1\n    )\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
-	if err := os.WriteFile(filepath.Join(dir, "elements", "tagcount.weft"), []byte(count), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	yaml := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - element: tagcount\n        max_iterations: 2\n"
-	rt, err := weft.OpenYAML(yaml, dir, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := openServerElement(t, "tagcount", count, "element: tagcount\n        max_iterations: 2")
 	defer rt.Close()
 	srv, addr := serve(t, "echo-0", rt.ServerOptions()...)
 	c := dial(t, addr)
 	if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Tags: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Say(ctx(t), &echopb.SayRequest{User: "alice", Tags: []string{"a", "b", "c"}})
+	_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Tags: []string{"a", "b", "c"}})
 	wantCode(t, err, codes.Internal, "")
 	if n := srv.calls.Load(); n != 1 {
 		t.Fatalf("the handler saw %d calls, want 1", n)

@@ -427,6 +427,21 @@ fn echo_config(dir: &std::path::Path, any: &str) -> PathBuf {
     cfg
 }
 
+/// `weft bench` of edge `e` of `cfg` (an [`echo_config`]) over `n` RPCs.
+fn bench_e(cfg: &std::path::Path, n: &str, more: &[&str]) -> Output {
+    let mut args = vec![
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--edge",
+        "e",
+        "--n",
+        n,
+    ];
+    args.extend_from_slice(more);
+    weft(&args)
+}
+
 #[test]
 fn bench_starts_instances_as_sim_does() {
     let tmp = tempfile::tempdir().unwrap();
@@ -435,17 +450,7 @@ fn bench_starts_instances_as_sim_does() {
         tmp.path(),
         "      - element: firewall\n        params: {field: user, deny: [mallory]}\n        state: {denied: {bob: true}}\n",
     );
-    let out = weft(&[
-        "bench",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--edge",
-        "e",
-        "--n",
-        "20",
-        "--message",
-        r#"{"user": "bob"}"#,
-    ]);
+    let out = bench_e(&cfg, "20", &["--message", r#"{"user": "bob"}"#]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("(0 of 20 reached the server)"), "{text}");
@@ -456,15 +461,7 @@ fn bench_starts_instances_as_sim_does() {
         tmp.path(),
         "      - element: firewall\n        params: {field: user, deny: [a, b, c, mallory]}\n        max_iterations: 2\n",
     );
-    let out = weft(&[
-        "bench",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--edge",
-        "e",
-        "--n",
-        "20",
-    ]);
+    let out = bench_e(&cfg, "20", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(
         stderr(&out).contains("more than 2 foreach iterations"),
@@ -531,15 +528,7 @@ fn bench_refuses_zero_rpcs() {
 fn bench_says_an_edge_without_elements_has_nothing_to_bench() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = echo_config(tmp.path(), "");
-    let out = weft(&[
-        "bench",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--edge",
-        "e",
-        "--n",
-        "10",
-    ]);
+    let out = bench_e(&cfg, "10", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stdout(&out).is_empty(), "{}", stdout(&out));
     assert!(
