@@ -127,52 +127,56 @@ fn assert_element(
 #[test]
 fn admissioncontrol() {
     let p = std_props("admissioncontrol", &[]);
-    let state = &[
+    // Both handlers bring the counts up to the current bucket (the bucket maps and
+    // `current`, from the clock and `start`) before counting into them.
+    let counts = &[
         "accepts",
-        "prev_accepts",
-        "prev_requests",
+        "bucket_accepts",
+        "bucket_requests",
+        "current",
         "requests",
-        "window_start",
+    ];
+    let read = &[
+        "accepts",
+        "bucket_accepts",
+        "bucket_requests",
+        "current",
+        "requests",
+        "start",
     ];
     assert_element(
         "admissioncontrol",
         &p,
         [
             Expect {
-                state_written: &["window_start"],
+                state_written: &["start"],
                 ..NOTHING
             },
             Expect {
-                state_read: state,
-                state_written: state,
+                state_read: read,
+                state_written: counts,
                 may_drop: true,
-                // The rejection test is `randomf(…) < max(0, (total - multiplier * ok) / …)`;
-                // `total` and `ok` are computed from the four counters and `weight`, which
-                // comes from the clock and `window_start`.
-                drop_deps: &[
-                    "random",
-                    "state:accepts",
-                    "state:prev_accepts",
-                    "state:prev_requests",
-                    "state:requests",
-                    "state:window_start",
-                    "time",
-                ],
+                // The rejection test is `randomf(…) < max(0, (requests - multiplier *
+                // accepts) / …)`. Deps name the state a decision reads, not what wrote it
+                // earlier in the handler (that is in `write_deps`): the expiry of old buckets
+                // (clock, `start`, the bucket maps) reaches the decision through them.
+                drop_deps: &["random", "state:accepts", "state:requests"],
                 ..NOTHING
             },
             Expect {
                 fields_read: &["meta_status"],
-                state_read: &["accepts"],
-                state_written: &["accepts"],
+                state_read: read,
+                state_written: counts,
                 ..NOTHING
             },
         ],
         &[
             ("requests", Global),
             ("accepts", Global),
-            ("prev_requests", Global),
-            ("prev_accepts", Global),
-            ("window_start", Global),
+            ("bucket_requests", Global),
+            ("bucket_accepts", Global),
+            ("current", Global),
+            ("start", Global),
         ],
     );
 }

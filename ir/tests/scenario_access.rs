@@ -331,30 +331,85 @@ fn admissioncontrol_throttles_a_failing_backend_and_recovers() {
         // Healthy: every request is accepted at once, so requests <= accepts and the
         // probability max(0, (requests - 2·accepts) / (requests + 1)) is exactly 0.
         assert_eq!(rate(0.0, 20.0), 0.0, "seed {seed}");
-        // The window restarting at t = 20 carries the healthy window's 100 accepts with
-        // weight w = 1 - τ/10; after τ seconds of failures requests - 2·accepts =
-        // 10τ + 100w - 200w = 20τ - 100, which stays <= 0 up to τ = 5.
-        assert_eq!(rate(20.0, 25.05), 0.0, "seed {seed}");
-        // Then p = (20τ - 100)/101 climbs from 0 to ~0.99: about half of (25, 30).
-        let climbing = rate(25.05, 30.0);
+        // The window is ten 1 s buckets; bucket b (the RPCs sent in [b, b + 1)) leaves the
+        // counts when bucket b + 10 starts. The k-th RPC (from 0) of bucket b in 20..=28
+        // sees the 90 requests of buckets b - 9..b - 1 plus k, and the 10 accepts of each
+        // healthy bucket b - 9..=19: requests - 2·accepts = 90 + k - 20·(29 - b), which is
+        // < 0 for every b <= 24 (k <= 9).
+        assert_eq!(rate(20.0, 25.0), 0.0, "seed {seed}");
+        // Then p = (90 + k - 20·(29 - b)) / (91 + k) is about 0.15, 0.36, 0.57, 0.78 and
+        // 0.99 in buckets 25 to 29: about half of (25, 30).
+        let climbing = rate(25.0, 30.0);
         assert!((0.2..0.8).contains(&climbing), "seed {seed}: {climbing}");
-        // Later in the outage nothing is accepted: p = total/(total + 1) = 100/101.
+        // Later in the outage the window holds no accept: p = (90 + k) / (91 + k) > 0.98.
         let outage = rate(30.0, 60.0);
         assert!(outage > 0.9, "seed {seed}: {outage}");
-        // Recovery: the failed window still weighs in, and accepts grow only as fast as
-        // requests get through (about e² per window), so the first healthy window stays
-        // mostly throttled...
+        // Recovery: requests rejected locally count, and only the ones let through are
+        // accepted (a share 1 - p ≈ 2·accepts / requests), so the accepted share of the
+        // window about doubles per window: the first healthy window stays mostly
+        // throttled...
         let windows: Vec<f64> = (6..24)
             .map(|w| rate(w as f64 * 10.0, w as f64 * 10.0 + 10.0))
             .collect();
         assert!(windows[0] > 0.5, "seed {seed}: {windows:?}");
         // ...then the rate falls to 0 within a few windows and stays there (once
-        // 2·accepts >= requests, every request is accepted and it remains so).
+        // 2·accepts >= requests, every request is accepted, and the buckets that leave the
+        // window are the ones with the fewest accepts, so it remains so).
         let zero = windows.iter().position(|r| *r == 0.0);
         assert!(
             zero.is_some_and(|z| z <= 14 && windows[z..].iter().all(|r| *r == 0.0)),
             "seed {seed}: rates by window from t = 60: {windows:?}"
         );
+    }
+}
+
+#[test]
+fn admissioncontrol_forgets_failures_older_than_its_window() {
+    // 10 RPCs a second fail in [0, 2), then nothing is sent until the backend is healthy.
+    // With a 10 s window of ten 1 s buckets, buckets 0 and 1 leave the counts when buckets
+    // 10 and 11 start.
+    let sc = Scenario::new("client:\n  - admissioncontrol: {multiplier: 2.0, window: 10.0}");
+    let failing = (0..20).map(|i| i as f64 / 10.0);
+    for (healthy_from, failures_in_window) in [(15.0, 0), (10.5, 10)] {
+        let times: Vec<f64> = failing
+            .clone()
+            .chain((0..5).map(|i| healthy_from + i as f64 / 10.0))
+            .collect();
+        let trace = || {
+            times.iter().enumerate().map(|(i, t)| {
+                let l = rpc(i as u64 + 1, *t).user("u");
+                if *t < 2.0 { l.status("UNAVAILABLE") } else { l }
+            })
+        };
+        let mut rejected = 0;
+        for seed in [1, 2, 3] {
+            let report = sc.run_seed(trace(), seed);
+            let rate = rejection_rate(&report, &times, healthy_from, healthy_from + 1.0);
+            rejected += (rate * 5.0).round() as i64;
+            // What is left in the window: the failures still in it, and the five healthy
+            // RPCs, each counted as a request, and accepted when it got through.
+            let through = 5 - (rate * 5.0).round() as i64;
+            let instance = "admissioncontrol@client";
+            assert_eq!(
+                state_int(&report, instance, "requests"),
+                failures_in_window + 5
+            );
+            assert_eq!(
+                state_int(&report, instance, "accepts"),
+                through,
+                "seed {seed}"
+            );
+        }
+        if failures_in_window == 0 {
+            // At t = 15 every failure is 13 s old or more: nothing counts against the
+            // backend (an earlier version weighed the whole previous window in, and
+            // rejected about 95 % of these).
+            assert_eq!(rejected, 0);
+        } else {
+            // At t = 10.5 the ten failures of bucket 1 still count: the first healthy RPC
+            // is rejected with p = 10 / 11.
+            assert!(rejected > 0);
+        }
     }
 }
 

@@ -128,9 +128,10 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
         ),
         "admissioncontrol" => (
             format!(
-                "{{multiplier: {}, window: {}}}",
+                "{{multiplier: {}, window: {}, buckets: {}}}",
                 rng.pick(&["1.0", "2.0"]),
-                rng.pick(&["0.5", "1.0"])
+                rng.pick(&["0.5", "1.0"]),
+                rng.pick(&["1", "4"])
             ),
             String::new(),
         ),
