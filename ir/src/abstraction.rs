@@ -811,7 +811,10 @@ impl Scan {
                             if lo < hi
                     ),
                     Builtin::RandomF => !args.iter().all(finite_constant),
-                    Builtin::Quantile | Builtin::Compress | Builtin::Decompress => true,
+                    Builtin::Quantile
+                    | Builtin::Compress
+                    | Builtin::Decompress
+                    | Builtin::Require => true,
                     _ => false,
                 };
                 self.may_fail |= fallible;

@@ -35,6 +35,10 @@ pub enum RuntimeError {
     /// in the config, [`MAX_ITERATIONS`] by default).
     #[error("more than {max} foreach iterations in one handler (nested loops over large state?)")]
     TooManyIterations { max: u64 },
+    /// A `require(condition, message)` of `init` did not hold: the element refuses its
+    /// parameters, in its own words.
+    #[error("{0}")]
+    Required(String),
     /// An operand had a kind the checker should have excluded; a bug, reported not panicked.
     #[error("internal type error: {0}")]
     Type(String),
@@ -231,6 +235,11 @@ pub fn call_pure(b: Builtin, args: &[Value]) -> Option<Result<Value, RuntimeErro
             Value::Vec(v) => Ok(Value::Int(v.len() as i64)),
             Value::Map(m) => Ok(Value::Int(m.len() as i64)),
             a => Err(type_error("size", &a)),
+        },
+        Builtin::Require => match (arg(0), arg(1)) {
+            (Value::Bool(true), _) => Ok(Value::Unit),
+            (Value::Bool(false), Value::Str(message)) => Err(RuntimeError::Required(message)),
+            (a, _) => Err(type_error("require", &a)),
         },
         Builtin::ToStr => convert(&arg(0), &Type::Str),
         Builtin::ToInt => convert(&arg(0), &Type::Int),

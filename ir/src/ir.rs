@@ -465,6 +465,9 @@ pub enum Builtin {
     Method,
     Src,
     Dst,
+    /// `require(condition, message)` in `init`: stops the instance from starting, with
+    /// `message`, when `condition` is false (a parameter the element cannot work with).
+    Require,
 }
 
 impl Builtin {

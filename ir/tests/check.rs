@@ -1254,3 +1254,36 @@ fn requests_cannot_be_kept_in_state_anywhere() {
     // Responses may be kept: that is what a cache does.
     check_catalog(&req_only("kept: Map<string, Response>", "send(rpc, Down)")).clean();
 }
+
+#[test]
+fn require_checks_parameters_in_init_and_nowhere_else() {
+    let src = "state:\n    pass\n\ninit(n: int = 1):\n    require(n > 0, 'n must be positive, got ' + str(n))\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n";
+    let e = check_catalog(src).clean();
+    // Kept as a statement with its two arguments, though it has no value.
+    let init = &e.init;
+    assert!(
+        all_stmts(&init.block).iter().any(|s| matches!(
+            &s.kind,
+            StmtKind::Eval(Expr { kind: ExprKind::Call { builtin: Builtin::Require, args }, .. })
+                if args.len() == 2
+        )),
+        "{:?}",
+        init.block
+    );
+
+    // In a handler it would fail RPCs, which is what `send(err(…), Up)` is for.
+    let c = check_catalog(&req_only("", "require(true, 'x')\nsend(rpc, Down)"));
+    assert_eq!(
+        c.errors(),
+        ["`require(…)` checks parameters when an instance starts; it belongs in `init`"]
+    );
+    // No value to use, and typed arguments.
+    let c = check_catalog(&element(
+        "",
+        "init()",
+        "x = require(true, 'x')\nsend(rpc, Down)",
+    ));
+    assert_eq!(c.errors(), ["`require(…)` is a statement and has no value"]);
+    let bad_types = "state:\n    pass\n\ninit():\n    require(1, 2)\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n";
+    assert_eq!(check_catalog(bad_types).errors().len(), 2);
+}

@@ -24,7 +24,8 @@ impl Checker<'_> {
             return err_expr(span);
         }
         match name {
-            "send" | "set" | "delete" | "foreach" | "set_rpc_header" | "set_metadata" => {
+            "send" | "set" | "delete" | "foreach" | "set_rpc_header" | "set_metadata"
+            | "require" => {
                 self.error(span, format!("`{name}(…)` is a statement and has no value"))
                     .hint = Some(format!("put `{name}(…)` on its own line"));
                 err_expr(span)

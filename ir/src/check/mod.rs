@@ -189,6 +189,7 @@ const BUILTINS: &[&str] = &[
     "set_rpc_header",
     "get_metadata",
     "set_metadata",
+    "require",
     "rpc_id",
     "method",
     "src",

@@ -361,6 +361,7 @@ impl Checker<'_> {
                 "foreach" => return self.foreach(args, e.span),
                 "set_rpc_header" => return self.set_header(args, e.span),
                 "set_metadata" => return self.set_metadata(args, e.span),
+                "require" => return self.require(args, e.span),
                 _ => {}
             }
         }
@@ -603,7 +604,11 @@ impl Checker<'_> {
 fn has_effect(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::StateRmw { .. } => true,
-        ExprKind::Call { builtin, .. } if builtin.uses_randomness() => true,
+        ExprKind::Call { builtin, .. }
+            if builtin.uses_randomness() || *builtin == Builtin::Require =>
+        {
+            true
+        }
         _ => {
             let mut found = false;
             e.for_each_operand(|x| found |= has_effect(x));

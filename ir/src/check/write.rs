@@ -314,3 +314,37 @@ impl Checker<'_> {
         Some(StmtKind::SetMetadata { key: id, value: v })
     }
 }
+
+impl Checker<'_> {
+    /// `require(condition, 'message')`: a check of the parameters, so only in `init`, where a
+    /// false condition stops the instance from starting (the config does not load) with the
+    /// element's message, rather than every RPC meeting the consequences later.
+    pub(super) fn require(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
+        if !self.arity(
+            "require",
+            args,
+            2..=2,
+            span,
+            "require(condition, 'message')",
+        ) {
+            return None;
+        }
+        if self.handler() != Handler::Init {
+            self.error(
+                span,
+                "`require(…)` checks parameters when an instance starts; it belongs in `init`",
+            )
+            .hint = Some("to refuse an RPC, `send(err('message', CODE), Up)`".into());
+            return None;
+        }
+        let call = self.typed_call(
+            Builtin::Require,
+            args,
+            &[Type::Bool, Type::Str],
+            Type::Unit,
+            span,
+            "require(condition, 'message')",
+        );
+        Some(StmtKind::Eval(call))
+    }
+}
