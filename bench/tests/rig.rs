@@ -87,9 +87,19 @@ fn a_rejection_midway_runs_the_earlier_response_handlers_alike() {
 
 #[test]
 fn the_first_element_rejecting_runs_no_response_handler() {
-    let items = FIVE.replace(
-        "capacity: 1000000000000.0, rate: 1000000000000.0",
-        "capacity: 0.5, rate: 0.0",
+    // The firewall, moved first, denies the benchmark's user. (An empty token bucket was the
+    // first element once; ratelimit now refuses a capacity below one token at start.)
+    let firewall = "\n      - firewall: {field: user, deny: [mallory, eve]}";
+    let items = FIVE
+        .replace(firewall, "")
+        .replace(
+            "\n      - ratelimit",
+            &format!("{firewall}\n      - ratelimit"),
+        )
+        .replace("deny: [mallory, eve]", "deny: [alice]");
+    assert!(
+        items.starts_with("\n      - firewall: {field: user, deny: [alice]}"),
+        "{items}"
     );
     agree(&items, 10, RunOutcome::Rejected(0));
 }
