@@ -32,6 +32,39 @@ func (r *Runtime) DialOptions() []grpc.DialOption {
 func (r *Runtime) UnaryClientInterceptor() grpc.UnaryClientInterceptor { return r.unaryClient }
 
 func (r *Runtime) unaryClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	// grpc-go calls a call's grpc.OnFinish options when its invoker ends, with its own
+	// status; Weft calls them instead, once, with what the caller gets: grpc-go never sees a
+	// call the chain refuses or answers, and the chain may change the status it saw.
+	opts, finish := takeOnFinish(opts)
+	err := r.unaryClientCall(ctx, method, req, reply, cc, invoker, opts)
+	for _, o := range finish {
+		o.OnFinish(err)
+	}
+	return err
+}
+
+// takeOnFinish splits a call's grpc.OnFinish options from the others; the options are the
+// caller's slice, which is not changed (a copy is made only when there are some).
+func takeOnFinish(opts []grpc.CallOption) ([]grpc.CallOption, []grpc.OnFinishCallOption) {
+	var finish []grpc.OnFinishCallOption
+	for _, o := range opts {
+		if f, ok := o.(grpc.OnFinishCallOption); ok {
+			finish = append(finish, f)
+		}
+	}
+	if finish == nil {
+		return opts, nil
+	}
+	rest := make([]grpc.CallOption, 0, len(opts)-len(finish))
+	for _, o := range opts {
+		if _, ok := o.(grpc.OnFinishCallOption); !ok {
+			rest = append(rest, o)
+		}
+	}
+	return rest, finish
+}
+
+func (r *Runtime) unaryClientCall(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	reqMsg, ok1 := req.(proto.Message)
 	replyMsg, ok2 := reply.(proto.Message)
 	if !ok1 || !ok2 {

@@ -269,3 +269,49 @@ func TestALocalReplyDoesNotOutliveTheCallersContext(t *testing.T) {
 		t.Fatalf("the server saw %d calls, want 1", n)
 	}
 }
+
+// grpc.OnFinish options of a unary call are called once, with the status the caller gets:
+// also when the client's chain refuses the call or answers it itself (grpc-go never sees
+// those), and when it turns the server's error into a success (grpc-go saw the error).
+func TestUnaryOnFinishGetsTheStatusTheCallerGets(t *testing.T) {
+	say := func(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+		if req.GetBody() == "fail" {
+			return nil, status.Error(codes.Unavailable, "the backend is down")
+		}
+		return &echopb.SayReply{Body: req.GetBody(), ServedBy: "echo-0"}, nil
+	}
+	yaml := "element_paths: [../../ir/tests/elements]\n" + edge("echo.Echo/Say", `    client:
+      - firewall: {field: user, deny: [mallory]}
+      - cache: {field: body}
+      - fallback
+`)
+	srt := open(t, yaml, "echo")
+	crt := open(t, yaml, "frontend")
+	c := dial(t, serveSay(t, say, srt.ServerOptions()...), crt.DialOptions()...)
+
+	call := func(user, body string) (callErr error, finished []error) {
+		_, callErr = c.Say(ctx(t), &echopb.SayRequest{User: user, Body: body},
+			grpc.OnFinish(func(err error) { finished = append(finished, err) }))
+		return callErr, finished
+	}
+	for _, tc := range []struct {
+		name, user, body string
+		want             codes.Code
+	}{
+		{"to the server", "alice", "fresh", codes.OK},
+		{"refused by the firewall", "mallory", "hi", codes.PermissionDenied},
+		{"answered by the cache", "bob", "fresh", codes.OK},
+		{"the server's error turned into the stored response", "alice", "fail", codes.OK},
+	} {
+		err, finished := call(tc.user, tc.body)
+		if status.Code(err) != tc.want {
+			t.Fatalf("%s: the caller got %v, want %v", tc.name, err, tc.want)
+		}
+		if len(finished) != 1 {
+			t.Fatalf("%s: OnFinish called %d times (%v), want once", tc.name, len(finished), finished)
+		}
+		if status.Code(finished[0]) != tc.want || (err == nil) != (finished[0] == nil) {
+			t.Fatalf("%s: OnFinish got %v, the caller %v", tc.name, finished[0], err)
+		}
+	}
+}
