@@ -568,26 +568,7 @@ fn run(
     layout: Option<&Layout>,
     executor: &dyn Executor,
 ) -> Result<SimReport, SimError> {
-    let order = match layout {
-        Some(l) => l.order.clone(),
-        None => (0..edge.elements.len()).collect(),
-    };
-    let mut sim = Sim {
-        edge,
-        layout,
-        order,
-        executor,
-        slots: Vec::new(),
-        opts,
-        clock: VirtualClock::new(0.0),
-        shared: SharedState::new(),
-        instances: BTreeMap::new(),
-        configured: BTreeSet::new(),
-        channels: Vec::new(),
-        control: Vec::new(),
-        next_sync: sync_interval,
-        sync_interval,
-    };
+    let mut sim = Sim::new(edge, opts, sync_interval, layout, executor);
     let rpcs: Vec<&TraceRpc> = trace
         .iter()
         .filter_map(|l| match l {
@@ -724,7 +705,57 @@ struct Sim<'a> {
     sync_interval: f64,
 }
 
-impl Sim<'_> {
+/// Starts one instance of every element of `edge`, for each method it is checked for, as a
+/// run starts one (`init`, with its `require`s, then the config's `state:`), on a virtual
+/// clock at 0; every failure, in chain order. A run starts an instance only when an RPC
+/// first reaches it, so a parameter an element refuses could wait for the first RPC that
+/// gets that far: `weft check --config` reports them all before any RPC.
+pub fn start_each_instance(edge: &LoadedEdge) -> Vec<SimError> {
+    let mut sim = Sim::new(edge, SimOptions::default(), f64::INFINITY, None, &Interp);
+    let mut failures = Vec::new();
+    for k in 0..edge.elements.len() {
+        for method in &edge.methods {
+            // A replica per method: the instance of another method's IR is another one.
+            if let Err(e) = sim.instance(k, &method.full_name, method) {
+                failures.push(e);
+                // One method's failure is the element's: its `init` is the same code.
+                break;
+            }
+        }
+    }
+    failures
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        edge: &'a LoadedEdge,
+        opts: SimOptions,
+        sync_interval: f64,
+        layout: Option<&'a Layout>,
+        executor: &'a dyn Executor,
+    ) -> Self {
+        let order = match layout {
+            Some(l) => l.order.clone(),
+            None => (0..edge.elements.len()).collect(),
+        };
+        Sim {
+            edge,
+            layout,
+            order,
+            executor,
+            slots: Vec::new(),
+            opts,
+            clock: VirtualClock::new(0.0),
+            shared: SharedState::new(),
+            instances: BTreeMap::new(),
+            configured: BTreeSet::new(),
+            channels: Vec::new(),
+            control: Vec::new(),
+            next_sync: sync_interval,
+            sync_interval,
+        }
+    }
+
     fn advance(&mut self, t: f64) {
         if t >= self.next_sync {
             // Merging is idempotent when nothing was written in between, so one merge stands

@@ -617,3 +617,48 @@ fn a_closed_pipe_ends_the_program_quietly() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
+
+#[test]
+fn check_config_starts_every_element_and_reports_each_refused_parameter() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Both elements refuse their parameters: both are reported, not only the first.
+    let bad = echo_config(
+        tmp.path(),
+        "      - circuitbreaker: {max_pending: 0}\n      - fault: {prob_pass: 2.0}\n",
+    );
+    let out = weft(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("edge `e`: element `circuitbreaker`: `init` failed: max_pending must be at least 1, got 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("edge `e`: element `fault`: `init` failed: prob_pass is a probability"),
+        "{err}"
+    );
+    assert!(err.contains("1 of 1 edge(s) have errors"), "{err}");
+
+    // A config whose elements all start passes, edge by edge; the example config too.
+    let good = echo_config(tmp.path(), "      - circuitbreaker: {max_pending: 1}\n");
+    let out = weft(&["check", "--config", good.to_str().unwrap(), "--edge", "e"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("edge `e`: 1 element(s) checked and started"));
+    let out = weft(&["check", "--config", "examples/go-echo/weft.yaml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // An element source error is shown with its caret, and the edge counts as failed.
+    std::fs::write(
+        tmp.path().join("broken.weft"),
+        "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    x = get(rpc, 'usr')\n    send(rpc, Down)\nresp(rpc):\n    send(rpc, Up)\n",
+    )
+    .unwrap();
+    let broken = echo_config(tmp.path(), "      - broken\n");
+    let text = std::fs::read_to_string(&broken).unwrap();
+    std::fs::write(&broken, format!("element_paths: [.]\n{text}")).unwrap();
+    let out = weft(&["check", "--config", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("broken.weft:6:19: error: "), "{err}");
+    assert!(err.contains("edge `e`: does not load"), "{err}");
+}

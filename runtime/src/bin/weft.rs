@@ -32,7 +32,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Parse and type-check element files; exit 1 if any has an error.
+    /// Parse and type-check element files, or with `--config` every edge of a config (its
+    /// elements checked and each one started, so parameters an element refuses are found
+    /// before deployment); exit 1 if any has an error.
     Check {
         /// .proto files with the services' messages (fields are checked against them); they
         /// must define a service method. Without any, fields are not checked.
@@ -42,7 +44,14 @@ enum Command {
         /// method in the protos, reporting for the one the element fits best.
         #[arg(long)]
         method: Option<String>,
-        #[arg(required = true)]
+        /// A config (weft.yaml) to check whole: each edge loads, and each element starts
+        /// with its parameters and `state:` (on a virtual clock; nothing is contacted).
+        #[arg(long, conflicts_with_all = ["protos", "method"])]
+        config: Option<PathBuf>,
+        /// Only this edge of the config.
+        #[arg(long, requires = "config")]
+        edge: Option<String>,
+        #[arg(required_unless_present = "config")]
         files: Vec<PathBuf>,
     },
     /// Print an element's property record (fields, state, drops, channels, scopes) as JSON.
@@ -191,8 +200,16 @@ fn main() -> ExitCode {
         Command::Check {
             protos,
             method,
+            config,
+            edge,
             files,
-        } => cmd_check(&protos, method.as_deref(), &files),
+        } => match config {
+            Some(config) if files.is_empty() => cmd_check_config(&config, edge.as_deref()),
+            Some(_) => Err(anyhow::anyhow!(
+                "give element files or --config, not both (a config names its own elements)"
+            )),
+            None => cmd_check(&protos, method.as_deref(), &files),
+        },
         Command::Props {
             protos,
             method,
@@ -347,6 +364,52 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
         return Ok(ExitCode::from(1));
     }
     writeln!(err, "weft: {} file(s) checked, no errors", files.len())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weft check --config`: every edge (or one) loads, and every element of it starts. All
+/// failures are reported, not only the first.
+fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let edges: Vec<String> = match edge {
+        Some(e) => vec![cfg.edge(e)?.name.clone()],
+        None => cfg.edges.iter().map(|e| e.name.clone()).collect(),
+    };
+    let mut failed = 0;
+    for name in &edges {
+        let loaded = match load_edge(&cfg, name) {
+            Ok(l) => l,
+            Err(LoadError::Diagnostics { rendered, .. }) => {
+                err!("{rendered}");
+                errln!("edge `{name}`: does not load (errors above)");
+                failed += 1;
+                continue;
+            }
+            Err(e) => {
+                errln!("edge `{name}`: does not load: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        err!("{}", loaded.warnings);
+        let refused = weft_ir::sim::start_each_instance(&loaded);
+        for e in &refused {
+            errln!("edge `{name}`: {e}");
+        }
+        if refused.is_empty() {
+            errln!(
+                "edge `{name}`: {} element(s) checked and started",
+                loaded.elements.len()
+            );
+        } else {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        errln!("weft: {failed} of {} edge(s) have errors", edges.len());
+        return Ok(ExitCode::from(1));
+    }
+    errln!("weft: {} edge(s) checked, no errors", edges.len());
     Ok(ExitCode::SUCCESS)
 }
 
