@@ -832,3 +832,51 @@ fn a_request_carrying_dst_routes_and_a_response_never_does() {
         answer.verdict
     );
 }
+
+#[test]
+fn a_parameter_an_element_refuses_stops_a_load_and_a_reload_keeps_the_running_version() {
+    let breaker = |n: i64| echo_edge(&[&format!("circuitbreaker: {{max_pending: {n}}}")], &[]);
+    let dir = examples().join("echo");
+    let Err(e) = Engine::open_yaml(&breaker(0), &dir, "frontend", options()) else {
+        panic!("a circuit breaker of 0 loaded");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("circuitbreaker") && e.contains("max_pending must be at least 1, got 0"),
+        "{e}"
+    );
+
+    let engine = Engine::open_yaml(&breaker(1), &dir, "frontend", options()).unwrap();
+    let send = || {
+        engine
+            .process_request(
+                Side::Client,
+                "/echo.Echo/Say",
+                Metadata::new(),
+                two_strings("alice", "hi"),
+            )
+            .unwrap()
+    };
+    // The breaker of one holds this RPC's slot (its response never comes).
+    let first = send();
+    assert!(matches!(first.verdict, Verdict::Forward(_)));
+    let e = engine
+        .reload_yaml(&breaker(-3), &dir)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_pending must be at least 1, got -3"), "{e}");
+    // The running version stays, state and all: the slot is still taken.
+    let second = send();
+    assert_eq!(second.version, first.version);
+    assert!(
+        matches!(
+            second.verdict,
+            Verdict::Reject {
+                code: Code::Unavailable,
+                ..
+            }
+        ),
+        "{:?}",
+        second.verdict
+    );
+}
