@@ -150,3 +150,36 @@ fn int_and_uint_refuse_values_they_cannot_hold_in_both_executors() {
     assert_eq!(both.oracle.errors, failures as u64);
     assert_eq!(both.jit.errors, failures as u64);
 }
+
+/// The checker used to refuse `abs` of a `uint`, which both executors already took as the
+/// identity.
+const ABS_SOURCE: &str = "\
+state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    match parse_int(get_rpc_header(rpc, 'x-x')):
+        Some(i) => set_rpc_header(rpc, 'x-out', str(abs(uint(i) + 9223372036854775807)))
+        None => pass
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+#[test]
+fn abs_of_a_uint_is_the_uint_in_both_executors() {
+    let (e, _) = element_from_source("abs", ABS_SOURCE);
+    let mut both = BothExecutors::new(e, "abs");
+    for (x, want) in [("0", "9223372036854775807"), ("5", "9223372036854775812")] {
+        for (executor, out) in both.request(|| request("", x)) {
+            let Verdict::Forward(m) = out.verdict else {
+                panic!("{executor}: {:?}", out.verdict)
+            };
+            assert_eq!(m.headers["x-out"], want, "{executor}");
+        }
+    }
+}
