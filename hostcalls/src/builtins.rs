@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::rng::RandomSource;
-use crate::value::{Message, MsgKind, Value};
+use crate::value::{Message, MsgKind, Value, canonical_float};
 
 /// A built-in was called with arguments it has no answer for.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -122,8 +122,8 @@ pub fn hash(v: &Value) -> i64 {
 /// | `Opt(Some(x))` | `0b` `01` then `enc(x)` |
 /// | `Msg(m)` | `0c`, kind (`00` request, `01` response), `len` + bytes, header count, then `len` + key, `len` + value per header in key order, status code as u32 LE, `len` + status message |
 ///
-/// `canon` maps `-0.0` to `0.0` and every NaN to the quiet NaN `0x7ff8000000000000`, so that
-/// `0.0 == -0.0` in the language implies equal hashes.
+/// `canon` ([`canonical_float`]) maps `-0.0` to `0.0` and every NaN to the quiet NaN
+/// `0x7ff8000000000000`, so that `0.0 == -0.0` in the language implies equal hashes.
 pub fn canonical_bytes(v: &Value) -> Vec<u8> {
     let mut buf = Vec::new();
     encode(v, &mut buf);
@@ -139,14 +139,7 @@ fn encode(v: &Value, out: &mut Vec<u8>) {
         out.extend_from_slice(b);
     }
     fn float(f: f64, out: &mut Vec<u8>) {
-        let canon = if f.is_nan() {
-            f64::NAN
-        } else if f == 0.0 {
-            0.0
-        } else {
-            f
-        };
-        out.extend_from_slice(&canon.to_bits().to_le_bytes());
+        out.extend_from_slice(&canonical_float(f).to_bits().to_le_bytes());
     }
     fn message(m: &Message, out: &mut Vec<u8>) {
         out.push(match m.kind {
