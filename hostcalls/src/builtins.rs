@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::rng::RandomSource;
-use crate::value::{Message, MsgKind, Value};
+use crate::value::{Message, MsgKind, Value, canonical_float};
 
 /// A built-in was called with arguments it has no answer for.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -28,6 +28,14 @@ pub enum BuiltinError {
     /// refuses those too (clamping them answered a question nobody asked).
     #[error("quantile: q is {q}; it must be a number between 0 and 1")]
     QuantileOutOfRange { q: f64 },
+    /// `int(x)` or `uint(x)` of a value the result cannot hold: nothing loses data silently.
+    #[error("{function}({value}): {reason}")]
+    NotRepresentable {
+        function: &'static str,
+        /// The argument as `str` would write it.
+        value: String,
+        reason: &'static str,
+    },
     #[error("{function}: expected {expected}, got {found}")]
     WrongKind {
         function: &'static str,
@@ -114,8 +122,8 @@ pub fn hash(v: &Value) -> i64 {
 /// | `Opt(Some(x))` | `0b` `01` then `enc(x)` |
 /// | `Msg(m)` | `0c`, kind (`00` request, `01` response), `len` + bytes, header count, then `len` + key, `len` + value per header in key order, status code as u32 LE, `len` + status message |
 ///
-/// `canon` maps `-0.0` to `0.0` and every NaN to the quiet NaN `0x7ff8000000000000`, so that
-/// `0.0 == -0.0` in the language implies equal hashes.
+/// `canon` ([`canonical_float`]) maps `-0.0` to `0.0` and every NaN to the quiet NaN
+/// `0x7ff8000000000000`, so that `0.0 == -0.0` in the language implies equal hashes.
 pub fn canonical_bytes(v: &Value) -> Vec<u8> {
     let mut buf = Vec::new();
     encode(v, &mut buf);
@@ -131,14 +139,7 @@ fn encode(v: &Value, out: &mut Vec<u8>) {
         out.extend_from_slice(b);
     }
     fn float(f: f64, out: &mut Vec<u8>) {
-        let canon = if f.is_nan() {
-            f64::NAN
-        } else if f == 0.0 {
-            0.0
-        } else {
-            f
-        };
-        out.extend_from_slice(&canon.to_bits().to_le_bytes());
+        out.extend_from_slice(&canonical_float(f).to_bits().to_le_bytes());
     }
     fn message(m: &Message, out: &mut Vec<u8>) {
         out.push(match m.kind {
@@ -452,25 +453,51 @@ pub fn to_str(v: &Value) -> Result<String, BuiltinError> {
     }
 }
 
-/// `int(x)`: uints wrap (`as i64`), floats and instants truncate toward zero and saturate at the
-/// `i64` bounds, NaN gives 0, bools give 0/1.
+/// The bounds of [`to_int`] and [`to_uint`] on floats, as floats: a float `f` fits where
+/// `f >= INT_LOW && f < INT_HIGH` (or `f > -1.0 && f < UINT_HIGH`), since truncation toward
+/// zero keeps every other float in range. Compiled code tests the same bounds.
+pub const INT_LOW: f64 = -9_223_372_036_854_775_808.0;
+pub const INT_HIGH: f64 = 9_223_372_036_854_775_808.0;
+pub const UINT_HIGH: f64 = 18_446_744_073_709_551_616.0;
+
+const INT_RANGE: &str = "outside the int range, -9223372036854775808 to 9223372036854775807";
+const UINT_RANGE: &str = "outside the uint range, 0 to 18446744073709551615";
+
+fn not_representable(function: &'static str, v: &Value, range: &'static str) -> BuiltinError {
+    let nan = matches!(v, Value::Float(f) | Value::Instant(f) if f.is_nan());
+    BuiltinError::NotRepresentable {
+        function,
+        value: to_str(v).unwrap_or_else(|_| v.kind_name().to_owned()),
+        reason: if nan {
+            "NaN has no integer value"
+        } else {
+            range
+        },
+    }
+}
+
+/// `int(x)`: floats and instants truncate toward zero; bools give 0/1. A value an `int` cannot
+/// hold after that (NaN, an infinity, a float or uint beyond `i64::MAX`, a float below
+/// `i64::MIN`) is an error, never a saturated or wrapped number.
 pub fn to_int(v: &Value) -> Result<i64, BuiltinError> {
     match v {
         Value::Int(i) => Ok(*i),
-        Value::Uint(u) => Ok(*u as i64),
-        Value::Float(f) | Value::Instant(f) => Ok(*f as i64),
+        Value::Uint(u) => i64::try_from(*u).map_err(|_| not_representable("int", v, INT_RANGE)),
+        Value::Float(f) | Value::Instant(f) if *f >= INT_LOW && *f < INT_HIGH => Ok(*f as i64),
+        Value::Float(_) | Value::Instant(_) => Err(not_representable("int", v, INT_RANGE)),
         Value::Bool(b) => Ok(i64::from(*b)),
         other => Err(wrong_kind("int", "a number or bool", other)),
     }
 }
 
-/// `uint(x)`: ints wrap (two's complement, `as u64`), floats and instants truncate toward zero
-/// and saturate at 0 and `u64::MAX`, NaN gives 0, bools give 0/1.
+/// `uint(x)`: as [`to_int`], for `0..=u64::MAX`: a negative int is an error, as is a float
+/// that is still negative once truncated (`uint(-0.5)` is 0, `uint(-1.0)` an error).
 pub fn to_uint(v: &Value) -> Result<u64, BuiltinError> {
     match v {
-        Value::Int(i) => Ok(*i as u64),
+        Value::Int(i) => u64::try_from(*i).map_err(|_| not_representable("uint", v, UINT_RANGE)),
         Value::Uint(u) => Ok(*u),
-        Value::Float(f) | Value::Instant(f) => Ok(*f as u64),
+        Value::Float(f) | Value::Instant(f) if *f > -1.0 && *f < UINT_HIGH => Ok(*f as u64),
+        Value::Float(_) | Value::Instant(_) => Err(not_representable("uint", v, UINT_RANGE)),
         Value::Bool(b) => Ok(u64::from(*b)),
         other => Err(wrong_kind("uint", "a number or bool", other)),
     }
@@ -1086,12 +1113,16 @@ mod tests {
     fn to_int_semantics() {
         let i = |v: Value| to_int(&v).unwrap();
         assert_eq!(i(Value::Int(-5)), -5);
-        assert_eq!(i(Value::Uint(u64::MAX)), -1);
+        assert_eq!(i(Value::Uint(i64::MAX as u64)), i64::MAX);
         assert_eq!(i(Value::Float(-2.9)), -2);
         assert_eq!(i(Value::Float(2.9)), 2);
-        assert_eq!(i(Value::Float(1e300)), i64::MAX);
-        assert_eq!(i(Value::Float(f64::NEG_INFINITY)), i64::MIN);
-        assert_eq!(i(Value::Float(f64::NAN)), 0);
+        assert_eq!(i(Value::Float(-0.0)), 0);
+        assert_eq!(i(Value::Float(INT_LOW)), i64::MIN);
+        // The largest float below 2^63.
+        assert_eq!(
+            i(Value::Float(9_223_372_036_854_774_784.0)),
+            9_223_372_036_854_774_784
+        );
         assert_eq!(i(Value::Instant(3.5)), 3);
         assert_eq!(i(Value::Bool(true)), 1);
         assert!(to_int(&Value::str("3")).is_err());
@@ -1100,14 +1131,78 @@ mod tests {
     #[test]
     fn to_uint_semantics() {
         let u = |v: Value| to_uint(&v).unwrap();
-        assert_eq!(u(Value::Int(-1)), u64::MAX);
+        assert_eq!(u(Value::Int(i64::MAX)), i64::MAX as u64);
+        assert_eq!(u(Value::Int(0)), 0);
         assert_eq!(u(Value::Uint(7)), 7);
-        assert_eq!(u(Value::Float(-3.5)), 0);
         assert_eq!(u(Value::Float(3.5)), 3);
-        assert_eq!(u(Value::Float(1e30)), u64::MAX);
-        assert_eq!(u(Value::Float(f64::NAN)), 0);
+        assert_eq!(u(Value::Float(-0.5)), 0);
+        assert_eq!(u(Value::Float(-0.0)), 0);
+        // The largest float below 2^64.
+        assert_eq!(
+            u(Value::Float(18_446_744_073_709_549_568.0)),
+            u64::MAX - 2047
+        );
         assert_eq!(u(Value::Bool(false)), 0);
         assert!(to_uint(&Value::Unit).is_err());
+    }
+
+    /// One rule for every source type: a value the result cannot hold is an error. (NaN gave
+    /// 0, floats saturated and ints wrapped, so `uint(-9)` and `uint(-9.0)` disagreed.)
+    #[test]
+    fn int_and_uint_refuse_what_they_cannot_hold() {
+        let refused =
+            |f: fn(&Value) -> Result<i64, BuiltinError>, v: Value| f(&v).unwrap_err().to_string();
+        let int = |v| refused(to_int, v);
+        let uint = |v| refused(|v| to_uint(v).map(|u| u as i64), v);
+        let range = "outside the int range, -9223372036854775808 to 9223372036854775807";
+        assert_eq!(
+            int(Value::Float(f64::NAN)),
+            "int(NaN): NaN has no integer value"
+        );
+        assert_eq!(
+            int(Value::Float(f64::INFINITY)),
+            format!("int(inf): {range}")
+        );
+        assert_eq!(
+            int(Value::Float(f64::NEG_INFINITY)),
+            format!("int(-inf): {range}")
+        );
+        assert_eq!(
+            int(Value::Float(INT_HIGH)),
+            format!("int(9.223372036854776e18): {range}")
+        );
+        // The float below -2^63.
+        assert!(int(Value::Float(-9_223_372_036_854_777_856.0)).contains(range));
+        assert_eq!(int(Value::Instant(1e300)), format!("int(1e300): {range}"));
+        assert_eq!(
+            int(Value::Uint(i64::MAX as u64 + 1)),
+            format!("int(9223372036854775808): {range}")
+        );
+
+        let range = "outside the uint range, 0 to 18446744073709551615";
+        assert_eq!(uint(Value::Int(-9)), format!("uint(-9): {range}"));
+        assert_eq!(uint(Value::Float(-9.0)), format!("uint(-9.0): {range}"));
+        assert_eq!(uint(Value::Float(-1.0)), format!("uint(-1.0): {range}"));
+        assert_eq!(
+            uint(Value::Int(i64::MIN)),
+            format!("uint(-9223372036854775808): {range}")
+        );
+        assert_eq!(
+            uint(Value::Float(f64::NAN)),
+            "uint(NaN): NaN has no integer value"
+        );
+        assert_eq!(
+            uint(Value::Float(f64::INFINITY)),
+            format!("uint(inf): {range}")
+        );
+        assert_eq!(
+            uint(Value::Float(UINT_HIGH)),
+            format!("uint(1.8446744073709552e19): {range}")
+        );
+        assert_eq!(
+            uint(Value::Instant(f64::NAN)),
+            "uint(NaN): NaN has no integer value"
+        );
     }
 
     #[test]

@@ -176,6 +176,8 @@ pub enum StateError {
 /// Where an executor's state reads and writes go.
 ///
 /// Keys: [`Value::Unit`] for scalars, any value for maps, [`Value::Int`] indices for vectors.
+/// A store looks up and stores [`Value::canonical_key`] of the key it is given, so `-0.0`
+/// reaches the entry of `0.0` and every NaN one entry, in every store and every executor.
 pub trait StateStore {
     /// A scalar always has a value (its zero until written); map and vector lookups of absent
     /// keys or out-of-range indices give `None`.
@@ -454,17 +456,18 @@ impl StateStore for LocalStore {
 
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         let (spec, cell) = self.var(var)?;
-        cell.get(spec, key)
+        cell.get(spec, &key.canonical_key())
     }
 
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         let (spec, cell) = self.var(var)?;
         check_write(spec, &value)?;
-        cell.set(spec, key, value)
+        cell.set(spec, key.into_canonical_key(), value)
     }
 
     fn delete(&mut self, var: VarId, key: &Value) -> Result<(), StateError> {
         let (spec, cell) = self.var(var)?;
+        let key = &*key.canonical_key();
         if spec.sum_combined() {
             // As in a weak replica: a sum-combined key is reset to zero, not removed.
             return match cell.get(spec, key)? {
@@ -954,6 +957,7 @@ impl StateStore for InstanceStore {
     }
 
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
+        let key = &*key.canonical_key();
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => cell.get(spec, key),
             Target::Weak(spec, replica, _) => replica.data.get(spec, key),
@@ -961,6 +965,7 @@ impl StateStore for InstanceStore {
     }
 
     fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
+        let key = &*key.canonical_key();
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => cell.contains(spec, key),
             Target::Weak(spec, replica, _) => replica.data.contains(spec, key),
@@ -968,6 +973,7 @@ impl StateStore for InstanceStore {
     }
 
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
+        let key = key.into_canonical_key();
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => {
                 check_write(spec, &value)?;
@@ -978,6 +984,7 @@ impl StateStore for InstanceStore {
     }
 
     fn delete(&mut self, var: VarId, key: &Value) -> Result<(), StateError> {
+        let key = &*key.canonical_key();
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => cell.delete(spec, key),
             Target::Weak(spec, replica, seq) => replica.delete(spec, seq, key),
@@ -1120,6 +1127,55 @@ mod tests {
                 }
             });
         }
+    }
+
+    /// Keys the language cannot tell apart are one entry: `0.0 == -0.0`, and a NaN's sign and
+    /// payload never show (but differ between processors). They were separate entries of
+    /// `Value`'s total order.
+    #[test]
+    fn float_keys_of_one_value_are_one_entry() {
+        let f = Value::Float;
+        let neg_nan = f64::from_bits(0xfff8_0000_0000_0001);
+        for consistency in [Consistency::Local, Consistency::Strong, Consistency::Weak] {
+            let mut spec = map("m");
+            spec.consistency = consistency;
+            both_stores(&[spec], |s| {
+                s.set(0, f(-0.0), int(1)).unwrap();
+                assert_eq!(s.get(0, &f(0.0)).unwrap(), Some(int(1)));
+                s.set(0, f(0.0), int(2)).unwrap();
+                s.set(0, f(f64::NAN), int(3)).unwrap();
+                s.set(0, f(neg_nan), int(4)).unwrap();
+                s.set(0, Value::pair(f(-0.0), Value::Instant(-0.0)), int(5))
+                    .unwrap();
+                assert!(
+                    s.contains(0, &Value::pair(f(0.0), Value::Instant(0.0)))
+                        .unwrap()
+                );
+                let entries = s.entries(0).unwrap();
+                assert_eq!(
+                    entries,
+                    vec![
+                        (f(0.0), int(2)),
+                        (f(f64::NAN), int(4)),
+                        (Value::pair(f(0.0), Value::Instant(0.0)), int(5))
+                    ]
+                );
+                // Stored as 0.0, which `str` and `1 / k` tell from -0.0.
+                assert!(matches!(entries[0].0, Value::Float(k) if k.is_sign_positive()));
+                s.delete(0, &f(-0.0)).unwrap();
+                s.delete(0, &f(neg_nan)).unwrap();
+                assert_eq!(s.len(0).unwrap(), 1);
+            });
+        }
+        // Replicas that wrote the two zeros merge into one entry.
+        let state = SharedState::new();
+        let vars = [weak_map("m", Combiner::Lww)];
+        let mut a = state.instance_store("x", "a", &vars);
+        let mut b = state.instance_store("x", "b", &vars);
+        a.set(0, f(0.0), int(1)).unwrap();
+        b.set(0, f(-0.0), int(2)).unwrap();
+        state.sync();
+        assert_eq!(a.entries(0).unwrap(), vec![(f(0.0), int(2))]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! One representation serves the interpreter, the state stores and the built-in functions, so
 //! that every executor shares the exact semantics of equality, ordering and conversion.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -169,6 +170,60 @@ impl Value {
         }
     }
 
+    /// The value as a map key: every float in it (instants too, inside pairs, vectors,
+    /// options and maps) with `-0.0` made `0.0` and every NaN the one quiet NaN
+    /// ([`canonical_float`]). The language cannot tell those apart (`0.0 == -0.0`, and a
+    /// NaN's sign and payload never show), but [`Value`]'s total order can: a key that kept
+    /// them would be two entries for one value, and a NaN key would differ between
+    /// processors whose arithmetic makes different NaNs. Every store and every map value
+    /// looks keys up and stores them in this form.
+    pub fn canonical_key(&self) -> Cow<'_, Value> {
+        if self.is_canonical() {
+            Cow::Borrowed(self)
+        } else {
+            Cow::Owned(self.clone().canonical())
+        }
+    }
+
+    /// [`Value::canonical_key`] of an owned value.
+    pub fn into_canonical_key(self) -> Value {
+        if self.is_canonical() {
+            self
+        } else {
+            self.canonical()
+        }
+    }
+
+    fn is_canonical(&self) -> bool {
+        match self {
+            Value::Float(f) | Value::Instant(f) => canonical_float(*f).to_bits() == f.to_bits(),
+            Value::Pair(p) => p.0.is_canonical() && p.1.is_canonical(),
+            Value::Vec(xs) => xs.iter().all(Value::is_canonical),
+            Value::Map(m) => m.iter().all(|(k, v)| k.is_canonical() && v.is_canonical()),
+            Value::Opt(Some(x)) => x.is_canonical(),
+            _ => true,
+        }
+    }
+
+    fn canonical(self) -> Value {
+        match self {
+            Value::Float(f) => Value::Float(canonical_float(f)),
+            Value::Instant(f) => Value::Instant(canonical_float(f)),
+            Value::Pair(p) => {
+                let (a, b) = *p;
+                Value::pair(a.canonical(), b.canonical())
+            }
+            Value::Vec(xs) => Value::Vec(xs.into_iter().map(Value::canonical).collect()),
+            Value::Map(m) => Value::Map(
+                m.into_iter()
+                    .map(|(k, v)| (k.canonical(), v.canonical()))
+                    .collect(),
+            ),
+            Value::Opt(Some(x)) => Value::some(x.canonical()),
+            v => v,
+        }
+    }
+
     /// The language's `==`: IEEE equality for floats (NaN differs from itself), structural
     /// equality otherwise. Rust's `Eq` on [`Value`] is the total order used for map keys.
     pub fn lang_eq(&self, other: &Value) -> bool {
@@ -178,8 +233,8 @@ impl Value {
             (Value::Vec(a), Value::Vec(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.lang_eq(y))
             }
-            // Keys compare as the map orders them (a lookup tells 0.0 from -0.0); values
-            // with the language's `==`, as in every other container.
+            // Keys compare as the map orders them (they are canonical keys: one 0.0, one
+            // NaN); values with the language's `==`, as in every other container.
             (Value::Map(a), Value::Map(b)) => {
                 a.len() == b.len()
                     && a.iter()
@@ -193,6 +248,18 @@ impl Value {
             },
             _ => self == other,
         }
+    }
+}
+
+/// `f` with `-0.0` made `0.0` and every NaN the quiet NaN `0x7ff8000000000000`: one float per
+/// value the language can tell apart, for map keys and `hash`.
+pub fn canonical_float(f: f64) -> f64 {
+    if f.is_nan() {
+        f64::NAN
+    } else if f == 0.0 {
+        0.0
+    } else {
+        f
     }
 }
 
@@ -294,11 +361,31 @@ mod tests {
                 "{a} == {b}"
             );
         }
-        let keyed = |k: f64| Value::Map(BTreeMap::from([(Value::Float(k), Value::Int(1))]));
-        assert!(
-            !keyed(0.0).lang_eq(&keyed(-0.0)),
-            "keys are told apart as lookups do"
-        );
+    }
+
+    #[test]
+    fn canonical_keys_have_one_zero_and_one_nan() {
+        let f = Value::Float;
+        let bits = |v: &Value| match v {
+            Value::Float(x) | Value::Instant(x) => x.to_bits(),
+            _ => panic!("{v:?}"),
+        };
+        assert_eq!(bits(&f(-0.0).canonical_key()), 0);
+        assert_eq!(bits(&Value::Instant(-0.0).into_canonical_key()), 0);
+        for nan in [f64::NAN, -f64::NAN, f64::from_bits(0x7ff0_0000_0000_0001)] {
+            assert_eq!(bits(&f(nan).canonical_key()), 0x7ff8_0000_0000_0000);
+        }
+        assert_eq!(bits(&f(-1.5).canonical_key()), (-1.5f64).to_bits());
+        let nested = |z: f64| {
+            Value::pair(
+                Value::Vec(vec![Value::some(f(z))]),
+                Value::Map(BTreeMap::from([(f(z), f(z))])),
+            )
+        };
+        let key = nested(-0.0).into_canonical_key();
+        assert_eq!(key, nested(0.0));
+        assert!(matches!(key.canonical_key(), Cow::Borrowed(_)));
+        assert!(matches!(Value::str("k").canonical_key(), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -782,7 +782,10 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let c = self.expr(coll)?;
                 let k = self.expr(key)?;
                 match c {
-                    Value::Map(m) => m.get(&k).cloned().map_or(Value::none(), Value::some),
+                    Value::Map(m) => m
+                        .get(&*k.canonical_key())
+                        .cloned()
+                        .map_or(Value::none(), Value::some),
                     Value::Vec(items) => eval::vec_index(&items, &k)?,
                     Value::Pair(p) => match k {
                         Value::Int(0) => p.0,
@@ -964,7 +967,7 @@ fn describe_option(e: &Expr) -> String {
 fn local_set(target: &mut Value, k: Value, v: Value) -> Result<(), RuntimeError> {
     match target {
         Value::Map(m) => {
-            m.insert(k, v);
+            m.insert(k.into_canonical_key(), v);
             Ok(())
         }
         Value::Vec(items) => {
@@ -989,7 +992,7 @@ fn local_set(target: &mut Value, k: Value, v: Value) -> Result<(), RuntimeError>
 fn local_delete(target: &mut Value, k: &Value) -> Result<(), RuntimeError> {
     match target {
         Value::Map(m) => {
-            m.remove(k);
+            m.remove(&*k.canonical_key());
             Ok(())
         }
         Value::Vec(items) => {

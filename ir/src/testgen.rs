@@ -2317,7 +2317,7 @@ impl Gen<'_> {
     fn gen_uint(&mut self, expect: bool, d: usize) -> Option<Expr> {
         let t = Type::Uint;
         let all = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem];
-        match self.e.below(9) {
+        match self.e.below(10) {
             0..=2 => Some(self.arith(&t, expect, d, &all)),
             3 => self.conv(
                 "uint",
@@ -2328,6 +2328,10 @@ impl Gen<'_> {
             5 => self.index_get(&t, d),
             6 => self.pair_get(&t, d),
             7 => self.rmw(Some(&t)),
+            8 => {
+                let x = self.expr(&t, expect, d);
+                Some(call("abs", vec![x]))
+            }
             _ => self.opt_arith(&t, d),
         }
     }

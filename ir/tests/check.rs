@@ -391,6 +391,24 @@ fn a_negative_literal_is_not_a_uint() {
     );
 }
 
+/// `abs` of a `uint` is that uint: it was refused, although both executors took it.
+#[test]
+fn abs_takes_every_number_type_and_keeps_it() {
+    let e = check_catalog(&req_only(
+        "",
+        "a = abs(get(rpc, 'page'))
+b = abs(get(rpc, 'offset'))
+c = abs(get(rpc, 'discount'))
+send(rpc, Down)",
+    ))
+    .clean();
+    for (name, ty) in [("a", Type::Uint), ("b", Type::Int), ("c", Type::Float)] {
+        assert_eq!(*local_ty(&e.req, name), ty, "{name}");
+    }
+    let c = check_catalog(&req_only("", "a = abs('x')\nsend(rpc, Down)"));
+    assert_eq!(c.errors(), ["`abs` needs a number, found `string`"]);
+}
+
 #[test]
 fn arithmetic_widens_int_and_uint_to_float_but_never_mixes_int_and_uint() {
     let e = check_catalog(&req_only(

@@ -731,7 +731,7 @@ extern "C" fn hc_local_set(f: F, coll: u64, key: u64, value: u64) -> u64 {
         let v = f.take_clone(value)?;
         match &mut c {
             Value::Map(m) => {
-                m.insert(k, v);
+                m.insert(k.into_canonical_key(), v);
             }
             Value::Vec(items) => {
                 let Value::Int(i) = k else {
@@ -761,7 +761,7 @@ extern "C" fn hc_local_delete(f: F, coll: u64, key: u64) -> u64 {
         let k = f.take_clone(key)?;
         match &mut c {
             Value::Map(m) => {
-                m.remove(&k);
+                m.remove(&*k.canonical_key());
             }
             Value::Vec(items) => {
                 let Value::Int(i) = k else {
@@ -790,7 +790,10 @@ extern "C" fn hc_value_get(f: F, coll: u64, key: u64) -> u64 {
     guard(f, UNIT, |f| {
         let k = f.take_clone(key)?;
         let v = match f.get(coll)? {
-            Value::Map(m) => m.get(&k).cloned().map_or(Value::none(), Value::some),
+            Value::Map(m) => m
+                .get(&*k.canonical_key())
+                .cloned()
+                .map_or(Value::none(), Value::some),
             Value::Vec(items) => eval::vec_index(items, &k)?,
             Value::Pair(p) => match k {
                 Value::Int(0) => p.0.clone(),

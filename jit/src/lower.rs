@@ -24,7 +24,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variab
 use cranelift_module::{FuncId, Linkage, Module};
 use weft_hostcalls::abi::{HostFn, NONE, RpcCtx, ScalarKind, SlotKind, verdict};
 use weft_hostcalls::state::{CellKind, Consistency};
-use weft_hostcalls::{Code, Value};
+use weft_hostcalls::{Code, Value, builtins};
 use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::ir::*;
 use weft_ir::schema::FieldPath;
@@ -1309,12 +1309,19 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         }
     }
 
-    /// Numeric conversions inline where they are one instruction; the rest (to and from
-    /// strings) through the host's `convert`.
+    /// Numeric conversions inline: one instruction where they cannot fail, behind a range
+    /// test for `int`/`uint`; the rest (to and from strings) through the host's `convert`.
     fn convert(&mut self, v: V, from: &Type, to: &Type) -> V {
         if let Some(r) = self.scalar_convert(v, from, to) {
             return r;
         }
+        if let Some(fits) = self.fits(v, from, to) {
+            return self.checked_convert(v, fits, from, to);
+        }
+        self.host_convert(v, from, to)
+    }
+
+    fn host_convert(&mut self, v: V, from: &Type, to: &Type) -> V {
         let h = self.boxed(v, from);
         let t = self.tables.ty(to);
         let t = self.iconst(t as i64);
@@ -1323,18 +1330,16 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.unboxed(r, to)
     }
 
+    /// A conversion that cannot fail (`float` of a large integer rounds, as documented).
     fn scalar_convert(&mut self, v: V, from: &Type, to: &Type) -> Option<V> {
         use Type::*;
         Some(match (from, to) {
-            (Int, Int) | (Uint, Uint) | (Int, Uint) | (Uint, Int) => v,
+            (Int, Int) | (Uint, Uint) => v,
             // Arena values are immutable, so a string converts to itself by handle.
             (Str, Str) => v,
             (Float | Instant, Float) => v,
             (Int, Float) => self.b.ins().fcvt_from_sint(types::F64, v),
             (Uint, Float) => self.b.ins().fcvt_from_uint(types::F64, v),
-            // `as` in Rust: truncation toward zero, saturating, NaN → 0.
-            (Float | Instant, Int) => self.b.ins().fcvt_to_sint_sat(types::I64, v),
-            (Float | Instant, Uint) => self.b.ins().fcvt_to_uint_sat(types::I64, v),
             (Bool, Int | Uint) => self.b.ins().uextend(types::I64, v),
             (Bool, Float) => {
                 let w = self.b.ins().uextend(types::I64, v);
@@ -1342,6 +1347,62 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             _ => return None,
         })
+    }
+
+    /// For `int(x)` and `uint(x)` of a number, whether `v` fits the result: the bounds of
+    /// `builtins::to_int` and `to_uint` (NaN fails every ordered comparison).
+    fn fits(&mut self, v: V, from: &Type, to: &Type) -> Option<V> {
+        use Type::*;
+        let within = |fx: &mut Self, low: FloatCC, lo: f64, hi: f64| {
+            let lo = fx.b.ins().f64const(lo);
+            let hi = fx.b.ins().f64const(hi);
+            let above = fx.b.ins().fcmp(low, v, lo);
+            let below = fx.b.ins().fcmp(FloatCC::LessThan, v, hi);
+            fx.b.ins().band(above, below)
+        };
+        Some(match (from, to) {
+            // The same test both ways: the sign bit is clear.
+            (Int, Uint) | (Uint, Int) => {
+                self.b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, v, 0)
+            }
+            (Float | Instant, Int) => within(
+                self,
+                FloatCC::GreaterThanOrEqual,
+                builtins::INT_LOW,
+                builtins::INT_HIGH,
+            ),
+            (Float | Instant, Uint) => {
+                within(self, FloatCC::GreaterThan, -1.0, builtins::UINT_HIGH)
+            }
+            _ => return None,
+        })
+    }
+
+    /// Converts inline where `fits`; otherwise the host converts, and so reports the error
+    /// with the interpreter's words (and, should the two ever disagree, its result).
+    fn checked_convert(&mut self, v: V, fits: V, from: &Type, to: &Type) -> V {
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let done = self.b.create_block();
+        let out = self.b.append_block_param(done, types::I64);
+        self.b.set_cold_block(slow);
+        self.b.ins().brif(fits, fast, &[], slow, &[]);
+        self.b.switch_to_block(fast);
+        let r = match from {
+            Type::Float | Type::Instant if *to == Type::Int => {
+                self.b.ins().fcvt_to_sint_sat(types::I64, v)
+            }
+            Type::Float | Type::Instant => self.b.ins().fcvt_to_uint_sat(types::I64, v),
+            _ => v,
+        };
+        self.jump(done, &[r]);
+        self.b.switch_to_block(slow);
+        let r = self.host_convert(v, from, to);
+        self.jump(done, &[r]);
+        self.b.switch_to_block(done);
+        out
     }
 
     fn builtin(&mut self, bi: Builtin, args: &'a [Expr], ty: &Type) -> V {

@@ -213,10 +213,10 @@ impl Checker<'_> {
                 }
                 let v = self.expr(&args[0], expected);
                 let v = self.implicit_unwrap(v);
-                if !matches!(v.ty, Type::Int | Type::Float | Type::Dyn) {
+                if !matches!(v.ty, Type::Int | Type::Uint | Type::Float | Type::Dyn) {
                     self.error(
                         args[0].span,
-                        format!("`abs` needs an int or a float, found `{}`", v.ty),
+                        format!("`abs` needs a number, found `{}`", v.ty),
                     );
                     return err_expr(span);
                 }

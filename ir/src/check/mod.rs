@@ -354,7 +354,10 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
         ),
         (Value::Map(m), Type::Map(kt, vt)) => Value::Map(
             m.into_iter()
-                .map(|(k, v)| Ok((coerce_value(k, kt)?, coerce_value(v, vt)?)))
+                .map(|(k, v)| {
+                    let k = coerce_value(k, kt)?.into_canonical_key();
+                    Ok((k, coerce_value(v, vt)?))
+                })
                 .collect::<Result<_, String>>()?,
         ),
         (v, t) if t.admits(&v) => v,
