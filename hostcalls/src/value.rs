@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::status::Code;
+use crate::text::{HeaderError, writable_header};
 
 /// A value of the element language.
 ///
@@ -83,6 +84,18 @@ impl Message {
             code,
             status_message: message.into(),
         }
+    }
+
+    /// `set_rpc_header(rpc, name, value)`, as every executor runs it. The name is
+    /// lower-cased ([`crate::text::header_name`]), then checked with the rule the checker
+    /// applies to literals ([`crate::text::writable_header`]).
+    pub fn set_header(&mut self, name: String, value: String) -> Result<(), HeaderError> {
+        // As `header_name`, in place: the name is ours.
+        let mut name = name;
+        name.make_ascii_lowercase();
+        writable_header(&name, Some(&value))?;
+        self.headers.insert(name, value);
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{BothExecutors, element_from_source};
-use weft_hostcalls::Message;
+use weft_hostcalls::{Code, Message};
 use weft_ir::interp::Verdict;
 
 const SOURCE: &str = "\
@@ -49,4 +49,105 @@ fn a_computed_header_name_is_lower_cased_in_both_executors() {
             "{executor}"
         );
     }
+}
+
+/// The header named by the request's `body`, set to its `user`: both computed at run time.
+const FROM_FIELDS: &str = "\
+state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    set_rpc_header(rpc, get(rpc, 'body'), get(rpc, 'user'))
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+/// An `echo.SayRequest` with these `user` and `body` fields (each under 128 bytes).
+fn say(user: &str, body: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (tag, s) in [(0x0a, user), (0x12, body)] {
+        b.push(tag);
+        b.push(u8::try_from(s.len()).unwrap());
+        b.extend_from_slice(s.as_bytes());
+    }
+    b
+}
+
+/// The checker refuses such literals; computed, they were written as they came, so a field
+/// value carrying CR/LF, or a computed `grpc-status`, reached the wire. Now both executors
+/// fail the RPC as with any run-time error, naming the header and what is wrong with it.
+#[test]
+fn a_computed_header_grpc_cannot_carry_is_a_run_time_error_in_both_executors() {
+    let (e, warnings) = element_from_source("h", FROM_FIELDS);
+    assert!(warnings.is_empty(), "{warnings}");
+    let mut both = BothExecutors::new(e, "h");
+    let cases = [
+        ("alice", "X-Tenant", None),
+        (
+            "a\r\nInjected: 1",
+            "x-tenant",
+            Some(
+                "h: set_rpc_header: the value for header 'x-tenant' is not printable ASCII: byte 1 is 0x0d (CR); only a key ending in `-bin` carries other bytes",
+            ),
+        ),
+        (
+            "13",
+            "GRPC-Status",
+            Some(
+                "h: set_rpc_header: header 'grpc-status' belongs to gRPC or to Weft; an element cannot write it",
+            ),
+        ),
+        (
+            "abc",
+            "weft-version",
+            Some(
+                "h: set_rpc_header: header 'weft-version' belongs to gRPC or to Weft; an element cannot write it",
+            ),
+        ),
+        (
+            "x",
+            "x-a\nb",
+            Some(
+                "h: set_rpc_header: 'x-a\\nb' is not a gRPC metadata key: '\\n' at byte 3; keys are lower-case letters, digits, `-`, `_` and `.`",
+            ),
+        ),
+        (
+            "x",
+            "",
+            Some(
+                "h: set_rpc_header: the header name is empty; keys are lower-case letters, digits, `-`, `_` and `.`",
+            ),
+        ),
+        // A `-bin` key carries any bytes.
+        ("caf\u{e9}\r\n", "x-trace-bin", None),
+    ];
+    let mut failed = 0;
+    for (user, body, want) in cases {
+        for (executor, out) in both.request(|| Message::request(say(user, body))) {
+            match (&out.verdict, want) {
+                (Verdict::Forward(m), None) => {
+                    let key = body.to_ascii_lowercase();
+                    assert_eq!(
+                        m.headers.get(&key).map(String::as_str),
+                        Some(user),
+                        "{executor}: {body:?}"
+                    );
+                }
+                (Verdict::Reject { code, message }, Some(want)) => {
+                    assert_eq!(*code, Code::Internal, "{executor}: {body:?}");
+                    assert_eq!(message, want, "{executor}: {body:?}");
+                }
+                (other, _) => panic!("{executor}: {body:?}: {other:?}"),
+            }
+        }
+        failed += u64::from(want.is_some());
+        // Counted as the element's run-time errors, in both.
+        assert_eq!((both.oracle.errors, both.jit.errors), (failed, failed));
+    }
+    assert_eq!(failed, 5);
 }
