@@ -59,7 +59,8 @@ const KEY_CHARS: &str = "keys are lower-case letters, digits, `-`, `_` and `.`";
 
 /// Whether an element may write header `name` (as messages keep it, [`header_name`]) with
 /// `value`: the one rule for literals at check time (`value` `None` when only the name is
-/// a literal) and for computed names and values at run time.
+/// a literal) and for computed names and values at run time. An empty value, which
+/// removes the header, passes; a reserved name cannot be removed either.
 pub fn writable_header(name: &str, value: Option<&str>) -> Result<(), HeaderError> {
     let reserved = name.starts_with(':')
         || name.starts_with("grpc-")
@@ -167,7 +168,8 @@ mod tests {
         for ok in ["x-tenant.id_2", "dst", "x-trace-bin", "0"] {
             assert_eq!(writable_header(ok, Some("blue sky ~")), Ok(()), "{ok}");
         }
-        // A `-bin` key carries any bytes.
+        // An empty value removes the header; a `-bin` key carries any bytes.
+        assert_eq!(writable_header("x-user", Some("")), Ok(()));
         assert_eq!(
             writable_header("x-trace-bin", Some("caf\u{e9}\r\n")),
             Ok(())

@@ -88,13 +88,19 @@ impl Message {
 
     /// `set_rpc_header(rpc, name, value)`, as every executor runs it. The name is
     /// lower-cased ([`crate::text::header_name`]), then checked with the rule the checker
-    /// applies to literals ([`crate::text::writable_header`]).
+    /// applies to literals ([`crate::text::writable_header`]). An empty value removes the
+    /// header: `get_rpc_header` gives `''` for a missing one, so nothing in the language
+    /// tells the two apart, and removing is how an element keeps a header from going on.
     pub fn set_header(&mut self, name: String, value: String) -> Result<(), HeaderError> {
         // As `header_name`, in place: the name is ours.
         let mut name = name;
         name.make_ascii_lowercase();
         writable_header(&name, Some(&value))?;
-        self.headers.insert(name, value);
+        if value.is_empty() {
+            self.headers.remove(&name);
+        } else {
+            self.headers.insert(name, value);
+        }
         Ok(())
     }
 }

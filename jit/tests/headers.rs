@@ -151,3 +151,66 @@ fn a_computed_header_grpc_cannot_carry_is_a_run_time_error_in_both_executors() {
     }
     assert_eq!(failed, 5);
 }
+
+/// Removes `x-user` (a literal empty value) and the header the request's `body` names (a
+/// computed one, its `user`).
+const REMOVES: &str = "\
+state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    set_rpc_header(rpc, 'x-user', '')
+    set_rpc_header(rpc, get(rpc, 'body'), get(rpc, 'user'))
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+/// `get_rpc_header` gives `''` for a missing header, so an empty value cannot mean an empty
+/// header: it removes it (the header was kept with an empty value, and went on).
+#[test]
+fn an_empty_header_value_removes_the_header_in_both_executors() {
+    let (e, warnings) = element_from_source("h", REMOVES);
+    assert!(warnings.is_empty(), "{warnings}");
+    let mut both = BothExecutors::new(e, "h");
+    let request = |body: &'static str| {
+        move || {
+            let mut m = Message::request(say("", body));
+            for k in ["x-user", "x-tier", "x-keep"] {
+                m.headers.insert(k.into(), "v".into());
+            }
+            m
+        }
+    };
+    for (executor, out) in both.request(request("X-Tier")) {
+        let Verdict::Forward(m) = out.verdict else {
+            panic!("{executor}: {:?}", out.verdict)
+        };
+        let keys: Vec<&str> = m.headers.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["x-keep"], "{executor}");
+    }
+    // Removing an absent header leaves the others be.
+    for (executor, out) in both.request(request("x-absent")) {
+        let Verdict::Forward(m) = out.verdict else {
+            panic!("{executor}: {:?}", out.verdict)
+        };
+        let keys: Vec<&str> = m.headers.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["x-keep", "x-tier"], "{executor}");
+    }
+    // A header gRPC or Weft reserves cannot be removed either.
+    for (executor, out) in both.request(request("weft-version")) {
+        let Verdict::Reject { code, message } = out.verdict else {
+            panic!("{executor}: {:?}", out.verdict)
+        };
+        assert_eq!(code, Code::Internal, "{executor}");
+        assert_eq!(
+            message,
+            "h: set_rpc_header: header 'weft-version' belongs to gRPC or to Weft; an element cannot write it",
+            "{executor}"
+        );
+    }
+}
