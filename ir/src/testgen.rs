@@ -1430,15 +1430,15 @@ impl Gen<'_> {
         }
         // Computed ones that break the same rule fail the RPC at run time (in both executors
         // alike, which the comparison checks); most random strings would, so most computed
-        // ones are made writable, and the statements after the write run too.
-        let d = self.cfg.max_expr_depth.min(2);
+        // ones are made writable through `hash` (a non-negative int), and the statements
+        // after the write run too. Wrapped, not replaced: an expression may hold a lambda
+        // whose `set_metadata` the generator has counted on.
         if !matches!(name.kind, ExprKind::Lit(_)) && !self.e.chance(1, 4) {
-            let n = self.expr(&Type::Int, true, d);
-            name = bin(BinOp::Add, lit_s("x-"), call("str", vec![n]));
+            let n = call("str", vec![call("hash", vec![name])]);
+            name = bin(BinOp::Add, lit_s("x-"), n);
         }
         if !matches!(value.kind, ExprKind::Lit(_)) && !self.e.chance(1, 4) {
-            let n = self.expr(&Type::Int, true, d);
-            value = call("str", vec![n]);
+            value = call("str", vec![call("hash", vec![value])]);
         }
         Some(st(StmtKind::Expr(call(
             "set_rpc_header",
