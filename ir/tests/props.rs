@@ -535,6 +535,8 @@ fn prequal_client() {
             },
             Expect {
                 fields_read: &["header:dst", "header:prequal-latency", "header:prequal-rif"],
+                // It removes the reports it read: they are not for the application.
+                fields_written: &["header:prequal-latency", "header:prequal-rif"],
                 state_read: &["slot"],
                 state_written: &["pool", "probes", "slot"],
                 ..NOTHING
@@ -630,6 +632,7 @@ fn servicerouter_client() {
             },
             Expect {
                 fields_read: &["header:dst", "header:sr-load"],
+                fields_written: &["header:sr-load"],
                 state_written: &["load"],
                 ..NOTHING
             },

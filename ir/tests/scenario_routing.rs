@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use serde_json::json;
-use weft_hostcalls::{Code, Value, builtins};
+use weft_hostcalls::{Code, MsgKind, Value, builtins};
 use weft_ir::sim::SimReport;
 
 fn dsts(report: &SimReport) -> Vec<String> {
@@ -61,6 +61,20 @@ server:
         );
     }
     assert!(!has_instance(&report, "metrics@svc"));
+}
+
+/// The load report header `key` of each RPC's response as the server part of a pair sent
+/// it, by trace id: `logging`, between the two parts (`any:`), records the responses
+/// before the client part reads the report and removes it.
+fn reported(report: &SimReport, key: &str) -> BTreeMap<u64, String> {
+    records(report, "logging", "log")
+        .iter()
+        .filter(|r| msg(&r.value).kind == MsgKind::Response)
+        .map(|r| {
+            let v = msg(&r.value).headers.get(key);
+            (r.rpc_id, v.cloned().unwrap_or_default())
+        })
+        .collect()
 }
 
 /// Where in `list` the first RPC of `report` was routed.
@@ -279,7 +293,9 @@ const SR_PAIR: &str = "pair:
       params: {key_field: user, num_shards: NUM_SHARDS, num_choices: 2, staleness: 1.0}
       STATE
     - element: servicerouter_server
-      name: srs";
+      name: srs
+any:
+  - logging";
 
 fn sr(num_shards: u32, state: &str) -> Scenario {
     let chain = SR_PAIR
@@ -303,6 +319,7 @@ fn servicerouter_routes_within_the_request_shard() {
         })
         .collect();
     let report = sc.run(trace);
+    let loads = reported(&report, "sr-load");
     let mut shards_used = BTreeSet::new();
     for (i, u) in users.iter().enumerate() {
         // shard = hash(user) % num_shards, with the host's stable hash.
@@ -318,11 +335,10 @@ fn servicerouter_routes_within_the_request_shard() {
                 ["s1a", "s1b"]
             };
             assert!(allowed.contains(&d), "{u} (shard {shard}) went to {d}");
-            // The server part reports its requests in flight after this one: none.
-            assert_eq!(
-                r.client_headers.get("sr-load").map(String::as_str),
-                Some("0")
-            );
+            // The server part reports its requests in flight after this one: none. The
+            // client part takes the report out of the response.
+            assert_eq!(loads[&id], "0");
+            assert!(!r.client_headers.contains_key("sr-load"), "{r:?}");
         }
     }
     assert_eq!(shards_used.len(), 2);
@@ -356,6 +372,7 @@ fn servicerouter_prefers_the_lower_fresh_load() {
 
     // Every RPC answers at t = 100 in request order; the server part of each replica
     // decrements its count and reports what is left in flight.
+    let loads = reported(&report, "sr-load");
     let mut in_flight: BTreeMap<&str, i64> = BTreeMap::new();
     for x in &d {
         *in_flight.entry(x.as_str()).or_default() += 1;
@@ -363,7 +380,12 @@ fn servicerouter_prefers_the_lower_fresh_load() {
     for r in &report.results {
         let n = in_flight.get_mut(r.dst.as_deref().unwrap()).unwrap();
         *n -= 1;
-        assert_eq!(r.client_headers["sr-load"], n.to_string(), "rpc {}", r.id);
+        assert_eq!(
+            loads[&r.id.as_u64().unwrap()],
+            n.to_string(),
+            "rpc {}",
+            r.id
+        );
     }
     // Both replicas got RPCs, so the client's last report of each is its final answer at
     // t = 100, with nothing left in flight.
@@ -396,8 +418,8 @@ fn servicerouter_learns_load_from_the_server_part() {
     assert_eq!(d[1], d[0]);
     assert_eq!(d[2], d[0]);
     // 2 and 3 overlap on X: 2's answer leaves 3 in flight, 3's leaves none.
-    assert_eq!(result(&report, 2).client_headers["sr-load"], "1");
-    assert_eq!(result(&report, 3).client_headers["sr-load"], "0");
+    let loads = reported(&report, "sr-load");
+    assert_eq!((loads[&2].as_str(), loads[&3].as_str()), ("1", "0"));
 }
 
 #[test]
@@ -430,7 +452,9 @@ fn prequal(num_choices: u32, q_rif: f64, replicas: &str) -> Scenario {
       state: {{replicas: [{replicas}]}}
     - element: prequal_server
       name: pqs
-      params: {{alpha: 0.2}}"
+      params: {{alpha: 0.2}}
+any:
+  - logging"
     ))
 }
 
@@ -457,14 +481,18 @@ fn prequal_prefers_the_fastest_cold_replica() {
     // which the client stored as c's probe and pool[0]. Threshold is still
     // quantile([0, 2, 10], 0.5) = 2 and c (0, 0.1) still beats b (1, 0.2).
     assert_eq!(d[1], "c");
-    let r1 = result(&report, 1);
-    assert_eq!(r1.client_headers["prequal-rif"], "0");
-    assert_eq!(r1.client_headers["prequal-latency"], "0.1");
+    let (rif, latency) = (
+        reported(&report, "prequal-rif"),
+        reported(&report, "prequal-latency"),
+    );
+    assert_eq!((rif[&1].as_str(), latency[&1].as_str()), ("0", "0.1"));
     let l2: f64 = 0.2 * (2.25 - 2.0) + (1.0 - 0.2) * (0.2 * (1.5 - 1.0) + (1.0 - 0.2) * 0.0);
-    let r2 = result(&report, 2);
-    assert_eq!(r2.client_headers["prequal-latency"], format!("{l2:?}"));
-    // The server part's headers are for the client: the service never sees them.
+    assert_eq!(latency[&2], format!("{l2:?}"));
+    // The server part's headers are for the client part: neither the service nor the
+    // calling application sees them.
+    let r1 = result(&report, 1);
     assert!(r1.server_headers.is_empty());
+    assert!(r1.client_headers.is_empty(), "{r1:?}");
 
     let probes = state(&report, "pqc@client", "probes");
     let Value::Map(p) = probes else { panic!() };
@@ -542,15 +570,12 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
     let l1: f64 = alpha * 1.0 + (1.0 - alpha) * 0.0;
     let l2: f64 = alpha * 1.5 + (1.0 - alpha) * l1;
     let l3: f64 = alpha * 0.25 + (1.0 - alpha) * l2;
-    let headers: Vec<(String, String)> = report
-        .results
-        .iter()
-        .map(|r| {
-            (
-                r.client_headers["prequal-rif"].clone(),
-                r.client_headers["prequal-latency"].clone(),
-            )
-        })
+    let (rif, latency) = (
+        reported(&report, "prequal-rif"),
+        reported(&report, "prequal-latency"),
+    );
+    let headers: Vec<(String, String)> = (1..=3)
+        .map(|id| (rif[&id].clone(), latency[&id].clone()))
         .collect();
     assert_eq!(
         headers,
@@ -576,6 +601,42 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
             Value::Float(0.0)
         ])
     );
+}
+
+/// The load reports are for the client part of each pair: it reads them and takes them out
+/// of the response, so the calling application gets the server's own headers and nothing
+/// else (they reached it, and looked like the service's metadata).
+#[test]
+fn the_client_parts_remove_the_load_reports_from_the_response() {
+    let answer = |id| {
+        rpc(id, id as f64)
+            .user("u")
+            .t_resp(id as f64 + 0.5)
+            .resp_header("x-app", "kept")
+    };
+    for (sc, keys) in [
+        (
+            prequal(1, 0.5, "a"),
+            &["prequal-latency", "prequal-rif"][..],
+        ),
+        (sr(1, "state: {shards: {0: [a]}}"), &["sr-load"][..]),
+    ] {
+        let report = sc.run([answer(1), answer(2)]);
+        for id in [1, 2] {
+            let r = result(&report, id);
+            assert_ok(r);
+            let got: Vec<(&str, &str)> = r
+                .client_headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(got, [("x-app", "kept")], "{keys:?}");
+            // The server part did report, between the two parts.
+            for k in keys {
+                assert!(!reported(&report, k)[&id].is_empty(), "{k}");
+            }
+        }
+    }
 }
 
 #[test]
