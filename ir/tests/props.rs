@@ -526,10 +526,17 @@ fn prequal_client() {
                 state_read: &["pool", "probes", "replicas"],
                 may_drop: true,
                 // Rejected when no replica was picked: `best` is assigned from the random
-                // sample of `replicas`, under conditions on the probes and on the quantile of
-                // `pool`. (Value-wise only an empty `replicas` leaves `best` empty, but the
-                // analysis follows flows, not values.)
-                drop_deps: &["random", "state:pool", "state:probes", "state:replicas"],
+                // sample of `replicas`, under conditions on the probes (which count only
+                // while fresh: the clock) and on the quantile of `pool`. (Value-wise only an
+                // empty `replicas` leaves `best` empty, but the analysis follows flows, not
+                // values.)
+                drop_deps: &[
+                    "random",
+                    "state:pool",
+                    "state:probes",
+                    "state:replicas",
+                    "time",
+                ],
                 routes: true,
                 ..NOTHING
             },

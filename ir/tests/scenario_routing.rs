@@ -443,12 +443,13 @@ fn servicerouter_without_the_shard_is_unavailable() {
 // ---------------------------------------------------------------------------------------------
 // prequal_client / prequal_server
 
-fn prequal(num_choices: u32, q_rif: f64, replicas: &str) -> Scenario {
+/// Reports stay fresh for `max_age` seconds.
+fn prequal(num_choices: u32, q_rif: f64, max_age: f64, replicas: &str) -> Scenario {
     Scenario::new(&format!(
         "pair:
   - - element: prequal_client
       name: pqc
-      params: {{num_choices: {num_choices}, q_rif: {q_rif}, pool_size: 16}}
+      params: {{num_choices: {num_choices}, q_rif: {q_rif}, pool_size: 16, max_age: {max_age:?}}}
       state: {{replicas: [{replicas}]}}
     - element: prequal_server
       name: pqs
@@ -458,15 +459,24 @@ any:
     ))
 }
 
+/// A probe as the client part keeps it: the report and when it came.
+fn probe(rif: i64, latency: f64, at: f64) -> Value {
+    Value::pair(
+        Value::pair(Value::Int(rif), Value::Float(latency)),
+        Value::Instant(at),
+    )
+}
+
 #[test]
 fn prequal_prefers_the_fastest_cold_replica() {
-    let sc = prequal(3, 0.5, "a, b, c");
+    // About the choice: no report grows old here.
+    let sc = prequal(3, 0.5, 10.0, "a, b, c");
     let trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [10, 0.05], "b": [1, 0.2], "c": [2, 0.1]}),
+            json!({"a": [[10, 0.05], 0.0], "b": [[1, 0.2], 0.0], "c": [[2, 0.1], 0.0]}),
         ),
         control(0.0, "pqc", "pool", json!([1.0, 2.0, 10.0])),
         rpc(1, 1.0).t_resp(1.5),
@@ -496,8 +506,8 @@ fn prequal_prefers_the_fastest_cold_replica() {
 
     let probes = state(&report, "pqc@client", "probes");
     let Value::Map(p) = probes else { panic!() };
-    assert_eq!(p[&s("c")], Value::pair(Value::Int(0), Value::Float(l2)));
-    assert_eq!(p[&s("a")], Value::pair(Value::Int(10), Value::Float(0.05)));
+    assert_eq!(p[&s("c")], probe(0, l2, 2.25));
+    assert_eq!(p[&s("a")], probe(10, 0.05, 0.0));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
         &Value::Vec(vec![
@@ -511,13 +521,13 @@ fn prequal_prefers_the_fastest_cold_replica() {
 
 #[test]
 fn prequal_all_hot_picks_the_fewest_requests_in_flight() {
-    let sc = prequal(3, 0.5, "a, b, c");
+    let sc = prequal(3, 0.5, 10.0, "a, b, c");
     let trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [5, 0.01], "b": [3, 0.3], "c": [7, 0.02]}),
+            json!({"a": [[5, 0.01], 0.0], "b": [[3, 0.3], 0.0], "c": [[7, 0.02], 0.0]}),
         ),
         // Threshold quantile([0, 0, 1], 0.5) = 0: every sampled RIF is above it.
         control(0.0, "pqc", "pool", json!([0.0, 0.0, 1.0])),
@@ -532,14 +542,15 @@ fn prequal_all_hot_picks_the_fewest_requests_in_flight() {
 fn prequal_chooses_only_among_the_sampled_replicas() {
     // Two of three sampled per request. c is the worst (hot) and can never win; a beats b
     // whenever both are sampled, so a wins when sampled (probability 2/3) and b otherwise.
-    let sc = prequal(2, 0.5, "a, b, c");
+    // The requests span 6 s: the probes must not grow old meanwhile.
+    let sc = prequal(2, 0.5, 10.0, "a, b, c");
     let n = 600u64;
     let mut trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [1, 0.01], "b": [1, 0.02], "c": [9, 0.001]}),
+            json!({"a": [[1, 0.01], 0.0], "b": [[1, 0.02], 0.0], "c": [[9, 0.001], 0.0]}),
         ),
         control(0.0, "pqc", "pool", json!([1.0, 1.0, 9.0])),
     ];
@@ -558,7 +569,7 @@ fn prequal_chooses_only_among_the_sampled_replicas() {
 
 #[test]
 fn prequal_server_reports_in_flight_and_smoothed_latency() {
-    let sc = prequal(3, 0.8, "solo");
+    let sc = prequal(3, 0.8, 1.0, "solo");
     let trace = vec![
         rpc(1, 0.0).t_resp(1.0),
         rpc(2, 0.5).t_resp(2.0),
@@ -592,7 +603,7 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
     let Value::Map(p) = state(&report, "pqc@client", "probes") else {
         panic!()
     };
-    assert_eq!(p[&s("solo")], Value::pair(Value::Int(0), Value::Float(l3)));
+    assert_eq!(p[&s("solo")], probe(0, l3, 3.25));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
         &Value::Vec(vec![
@@ -601,6 +612,48 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
             Value::Float(0.0)
         ])
     );
+}
+
+/// A replica that reported a high latency loses to a faster cold one for as long as its
+/// report is fresh; once the report is older than `max_age` it counts as none, so the
+/// replica is picked again and reports anew. Kept for ever, the report shut it out for good
+/// (it never got the request that would have refreshed it).
+#[test]
+fn prequal_probes_a_replica_again_once_its_report_is_older_than_max_age() {
+    // b reported a latency of 0.05 s at t = 0; a has no report, so it wins the first RPC
+    // (latency 0), and answers it slowly: 0.5 s, which its server part reports as
+    // 0.2 × 0.5 = 0.1 s at t = 0.5. RPCs 2 to 9 (t = 0.625 … 1.5, answered in 1/16 s) go to
+    // b, whose reports (at most 0.0625 s) beat a's 0.1 while a's is at most 1 s old. At
+    // t = 1.625 a's report is 1.125 s old: a counts as unreported and gets RPC 10.
+    let trace = || {
+        let mut t = vec![
+            control(0.0, "pqc", "probes", json!({"b": [[0, 0.05], 0.0]})),
+            rpc(1, 0.0).t_resp(0.5),
+        ];
+        for k in 1..=9u64 {
+            let at = 0.5 + 0.125 * k as f64;
+            t.push(rpc(k + 1, at).t_resp(at + 0.0625));
+        }
+        t
+    };
+    let report = prequal(2, 0.5, 1.0, "a, b").run(trace());
+    let mut expected = vec!["a"];
+    expected.extend(["b"; 8]);
+    expected.push("a");
+    assert_eq!(dsts(&report), expected);
+    // a answered RPC 10 at 1.6875 s and reported again: its latency average moved from
+    // the slow answer towards the fast one.
+    let Value::Map(p) = state(&report, "pqc@client", "probes") else {
+        panic!()
+    };
+    let l_a: f64 = 0.2 * 0.0625 + (1.0 - 0.2) * (0.2 * 0.5);
+    assert_eq!(p[&s("a")], probe(0, l_a, 1.6875));
+
+    // With reports good for 10 s, a's slow one still counts at t = 1.625.
+    let report = prequal(2, 0.5, 10.0, "a, b").run(trace());
+    let mut expected = vec!["a"];
+    expected.extend(["b"; 9]);
+    assert_eq!(dsts(&report), expected);
 }
 
 /// The load reports are for the client part of each pair: it reads them and takes them out
@@ -616,7 +669,7 @@ fn the_client_parts_remove_the_load_reports_from_the_response() {
     };
     for (sc, keys) in [
         (
-            prequal(1, 0.5, "a"),
+            prequal(1, 0.5, 1.0, "a"),
             &["prequal-latency", "prequal-rif"][..],
         ),
         (sr(1, "state: {shards: {0: [a]}}"), &["sr-load"][..]),
