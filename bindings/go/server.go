@@ -147,7 +147,7 @@ func (r *Runtime) chainedServer(ctx context.Context, req any, reqMsg proto.Messa
 		}
 	}
 	if s.metadataChanged() {
-		ctx = metadata.NewIncomingContext(ctx, s.incomingAfter(ctx))
+		ctx = metadata.NewIncomingContext(ctx, s.incomingAfter(ctx, ks))
 	}
 
 	// When the response path runs, the handler's header and trailer calls are held back
@@ -383,10 +383,11 @@ func (s *callState) encodeKeys(ctx context.Context, ks *keySet) {
 }
 
 // incomingAfter is the request metadata the handler sees after the chain rewrote it. With
-// only some keys passed, the chain returned those keys (and any it added): they replace the
-// request's own values of the same keys, and every other key stays as it came (elements
-// cannot remove metadata).
-func (s *callState) incomingAfter(ctx context.Context) metadata.MD {
+// only the keys of ks passed, the chain returned those keys (and any it added), but for
+// those it removed (set_rpc_header with an empty value): they replace every value of the
+// passed keys, and every other key stays as it came. Laid over the request's own without
+// the removal, a header the chain stripped reached the handler.
+func (s *callState) incomingAfter(ctx context.Context, ks *keySet) metadata.MD {
 	out := s.decodeMD(s.outMetadata())
 	if s.keysVersion == 0 {
 		return out
@@ -394,6 +395,9 @@ func (s *callState) incomingAfter(ctx context.Context) metadata.MD {
 	md, _ := metadata.FromIncomingContext(ctx) // a copy: out is shared and never modified
 	if md == nil {
 		md = metadata.MD{}
+	}
+	for _, k := range ks.keys {
+		delete(md, k)
 	}
 	for k, v := range out {
 		md[k] = v

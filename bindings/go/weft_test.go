@@ -896,6 +896,39 @@ func TestServerChainSeesHeadersTheHandlerSets(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "no x-app header")
 }
 
+// requestStrip, on the server side, removes the request's x-secret and adds x-tag.
+const requestStrip = "state:\n    pass\n\ninit():\n    pass\n\nreq(rpc):\n" +
+	"    set_rpc_header(rpc, 'x-secret', '')\n    set_rpc_header(rpc, 'x-tag', 'v')\n" +
+	"    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+
+// The unary server interceptor passes the chain only the keys it observes and puts the
+// chain's version of them back into the request's metadata: a key the chain removed must
+// not reach the handler (it did, laid over the request's own), while keys the chain never
+// saw stay.
+func TestServerChainRemovesARequestHeader(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "strip.weft"), []byte(requestStrip), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "protos: [" + filepath.Join(echoDir, "echo.proto") + "]\nelement_paths: [" + dir +
+		"]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n" +
+		"    server:\n      - strip\n"
+	c, srv := mesh(t, cfg)
+	call := metadata.AppendToOutgoingContext(ctx(t), "x-secret", "s3cret", "x-other", "o")
+	if _, err := c.Say(call, &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	_, md := srv.lastRequest()
+	if got := md.Get("x-secret"); len(got) != 0 {
+		t.Fatalf("the handler got x-secret = %q, which the chain removed (all: %v)", got, md)
+	}
+	for key, want := range map[string]string{"x-tag": "v", "x-other": "o"} {
+		if got := md.Get(key); len(got) != 1 || got[0] != want {
+			t.Fatalf("the handler got %s = %q, want %q (all: %v)", key, got, want, md)
+		}
+	}
+}
+
 // A unary handler may set headers and trailers from several goroutines, as grpc-go's own
 // stream allows: Weft's recorder, which holds them for the response chain, must too. `make
 // go-test` runs this under the race detector.

@@ -24,4 +24,5 @@ pub use state::{
     StateStore, VarId, VarSpec,
 };
 pub use status::Code;
+pub use text::HeaderError;
 pub use value::{Message, MsgKind, Value};

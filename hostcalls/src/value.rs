@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::status::Code;
+use crate::text::{HeaderError, writable_header};
 
 /// A value of the element language.
 ///
@@ -84,6 +85,24 @@ impl Message {
             code,
             status_message: message.into(),
         }
+    }
+
+    /// `set_rpc_header(rpc, name, value)`, as every executor runs it. The name is
+    /// lower-cased ([`crate::text::header_name`]), then checked with the rule the checker
+    /// applies to literals ([`crate::text::writable_header`]). An empty value removes the
+    /// header: `get_rpc_header` gives `''` for a missing one, so nothing in the language
+    /// tells the two apart, and removing is how an element keeps a header from going on.
+    pub fn set_header(&mut self, name: String, value: String) -> Result<(), HeaderError> {
+        // As `header_name`, in place: the name is ours.
+        let mut name = name;
+        name.make_ascii_lowercase();
+        writable_header(&name, Some(&value))?;
+        if value.is_empty() {
+            self.headers.remove(&name);
+        } else {
+            self.headers.insert(name, value);
+        }
+        Ok(())
     }
 }
 

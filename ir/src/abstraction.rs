@@ -6,9 +6,10 @@
 //! scan of the IR fills in, always erring towards more dependencies:
 //!
 //! - **Run-time errors** (integer division by zero, an index out of range, an `Option` used
-//!   as a value, an empty `randomi` range, a `foreach` past the iteration limit…) reject
-//!   the RPC with INTERNAL, so an element that can raise one stops requests even if it
-//!   never says `send(err(…), Up)`.
+//!   as a value, an empty `randomi` range, a `foreach` past the iteration limit, a computed
+//!   header name or value `set_rpc_header` may not write…) reject the RPC with INTERNAL,
+//!   so an element that can raise one stops requests even if it never says
+//!   `send(err(…), Up)`.
 //! - **Early termination.** `if c: send(err, Up)` followed by a state write makes the write
 //!   depend on `c`, which taint through control flow does not see; a handler that can stop
 //!   (or fail) before its end uses AppNet's rule instead of props' per-write taint: every
@@ -31,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weft_hostcalls::Value;
 use weft_hostcalls::state::{CellKind, Consistency};
+use weft_hostcalls::text::{header_name, writable_header};
 
 use crate::ast::BinOp;
 use crate::config::ElementUse;
@@ -669,6 +671,9 @@ impl Scan {
             }
             StmtKind::SetField { value, .. } => self.expr(value),
             StmtKind::SetHeader { name, value, .. } => {
+                if !header_write_cannot_fail(name, value) {
+                    self.may_fail = true;
+                }
                 self.expr(name);
                 self.expr(value);
             }
@@ -826,6 +831,35 @@ impl Scan {
     }
 }
 
+/// A header write whose name and value are known to pass `text::writable_header`, which
+/// both executors apply when the write runs: a constant name with a constant value, or with
+/// a number, bool or instant made text (digits, signs, `.`, `e`, `inf`, `NaN`, `true`…:
+/// printable ASCII), or with anything under a `-bin` key. Anything else computed may fail
+/// the RPC there.
+fn header_write_cannot_fail(name: &Expr, value: &Expr) -> bool {
+    let ExprKind::Const(Value::Str(n)) = &name.kind else {
+        return false;
+    };
+    let n = header_name(n);
+    match &value.kind {
+        ExprKind::Const(Value::Str(v)) => writable_header(&n, Some(v)).is_ok(),
+        ExprKind::Call {
+            builtin: Builtin::ToStr,
+            args,
+        } if args.iter().all(|a| {
+            matches!(
+                a.ty,
+                Type::Int | Type::Uint | Type::Float | Type::Bool | Type::Instant
+            )
+        }) =>
+        {
+            writable_header(&n, None).is_ok()
+        }
+        // A `-bin` key carries any value.
+        _ => n.ends_with("-bin") && writable_header(&n, None).is_ok(),
+    }
+}
+
 /// A number written as a constant (possibly converted to float by the checker) that is
 /// finite: `randomf(0.0, 1.0)` and `randomf(0, 10)` cannot fail.
 fn finite_constant(e: &Expr) -> bool {
@@ -903,5 +937,65 @@ fn collect_builtins_expr(e: &Expr, out: &mut Vec<Builtin>) {
     e.for_each_operand(|x| collect_builtins_expr(x, out));
     if let ExprKind::StateRmw { body, .. } = &e.kind {
         collect_builtins_block(body, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::check::{CheckEnv, check};
+    use crate::diag::{SourceFile, render_all};
+    use crate::schema::Schema;
+
+    /// The request handler of an element whose `req` runs `body` before forwarding.
+    fn req_of(body: &str) -> HandlerAbs {
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/protos/props.proto");
+        let schema = Schema::load(&[proto], &[]).expect("the schema loads");
+        let method = schema.method("props.Echo/Say").expect("the method");
+        let src = format!(
+            "state:\n    n: int\n\ninit():\n    pass\n\nreq(rpc):\n    {body}\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n"
+        );
+        let file = SourceFile::new("h.weft", src);
+        let (ast, mut diags) = crate::parser::parse(&file);
+        let env = CheckEnv {
+            name: "h".into(),
+            method: Some(&method),
+            params: None,
+        };
+        let (e, more) = check(&ast, &env);
+        diags.extend(more);
+        assert!(diags.is_empty(), "{}", render_all(&file, &diags));
+        let use_ = ElementUse {
+            element: "h".into(),
+            name: "h".into(),
+            path: None,
+            params: Params::default(),
+            constraints: Default::default(),
+            state: Vec::new(),
+            max_iterations: None,
+        };
+        abstract_element(&e.expect("it checks"), &use_).req
+    }
+
+    #[test]
+    fn a_header_write_fails_at_run_time_only_when_its_name_or_value_is_computed_text() {
+        for body in [
+            "set_rpc_header(rpc, 'x-user', 'alice')",
+            "set_rpc_header(rpc, 'x-load', str(n))",
+            "set_rpc_header(rpc, 'x-at', str(current_time()))",
+            "set_rpc_header(rpc, 'x-trace-bin', get(rpc, 'user'))",
+        ] {
+            assert!(!req_of(body).stops.fails, "{body}");
+        }
+        // Checked when the write runs: a line break in `user`, a `body` of `grpc-status`.
+        for body in [
+            "set_rpc_header(rpc, 'x-user', get(rpc, 'user'))",
+            "set_rpc_header(rpc, get(rpc, 'body'), 'x')",
+            "set_rpc_header(rpc, 'x-user', str(get(rpc, 'user')))",
+        ] {
+            assert!(req_of(body).stops.fails, "{body}");
+        }
     }
 }

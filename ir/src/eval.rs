@@ -5,7 +5,7 @@
 
 use weft_hostcalls::builtins::{self, BuiltinError};
 use weft_hostcalls::state::StateError;
-use weft_hostcalls::{Code, Value};
+use weft_hostcalls::{Code, HeaderError, Value};
 
 use crate::ast::{BinOp, UnOp};
 use crate::ir::Builtin;
@@ -27,6 +27,10 @@ pub enum RuntimeError {
     Builtin(#[from] BuiltinError),
     #[error(transparent)]
     State(#[from] StateError),
+    /// A header name or value computed at run time that `set_rpc_header` may not write
+    /// (the checker refuses such literals).
+    #[error("set_rpc_header: {0}")]
+    Header(#[from] HeaderError),
     /// The RPC's bytes do not decode where a handler reads or writes them
     /// (INVALID_ARGUMENT, counted as malformed).
     #[error("malformed message: {0}")]

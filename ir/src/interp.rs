@@ -587,10 +587,7 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let Value::Msg(m) = &mut self.locals[*msg] else {
                     return Err(RuntimeError::Type("header on a non-message".into()));
                 };
-                // As `text::header_name`, in place: the name is ours.
-                let mut n = n;
-                n.make_ascii_lowercase();
-                Arc::make_mut(m).headers.insert(n, v);
+                Arc::make_mut(m).set_header(n, v)?;
             }
             StmtKind::SetMetadata { key, value } => {
                 let v = self.expr(value)?;

@@ -530,15 +530,24 @@ fn prequal_client() {
                 state_read: &["pool", "probes", "replicas"],
                 may_drop: true,
                 // Rejected when no replica was picked: `best` is assigned from the random
-                // sample of `replicas`, under conditions on the probes and on the quantile of
-                // `pool`. (Value-wise only an empty `replicas` leaves `best` empty, but the
-                // analysis follows flows, not values.)
-                drop_deps: &["random", "state:pool", "state:probes", "state:replicas"],
+                // sample of `replicas`, under conditions on the probes (which count only
+                // while fresh: the clock) and on the quantile of `pool`. (Value-wise only an
+                // empty `replicas` leaves `best` empty, but the analysis follows flows, not
+                // values.)
+                drop_deps: &[
+                    "random",
+                    "state:pool",
+                    "state:probes",
+                    "state:replicas",
+                    "time",
+                ],
                 routes: true,
                 ..NOTHING
             },
             Expect {
                 fields_read: &["header:dst", "header:prequal-latency", "header:prequal-rif"],
+                // It removes the reports it read: they are not for the application.
+                fields_written: &["header:prequal-latency", "header:prequal-rif"],
                 state_read: &["slot"],
                 state_written: &["pool", "probes", "slot"],
                 ..NOTHING
@@ -634,6 +643,7 @@ fn servicerouter_client() {
             },
             Expect {
                 fields_read: &["header:dst", "header:sr-load"],
+                fields_written: &["header:sr-load"],
                 state_written: &["load"],
                 ..NOTHING
             },

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use serde_json::json;
-use weft_hostcalls::{Code, Value, builtins};
+use weft_hostcalls::{Code, MsgKind, Value, builtins};
 use weft_ir::sim::SimReport;
 
 fn dsts(report: &SimReport) -> Vec<String> {
@@ -61,6 +61,20 @@ server:
         );
     }
     assert!(!has_instance(&report, "metrics@svc"));
+}
+
+/// The load report header `key` of each RPC's response as the server part of a pair sent
+/// it, by trace id: `logging`, between the two parts (`any:`), records the responses
+/// before the client part reads the report and removes it.
+fn reported(report: &SimReport, key: &str) -> BTreeMap<u64, String> {
+    records(report, "logging", "log")
+        .iter()
+        .filter(|r| msg(&r.value).kind == MsgKind::Response)
+        .map(|r| {
+            let v = msg(&r.value).headers.get(key);
+            (r.rpc_id, v.cloned().unwrap_or_default())
+        })
+        .collect()
 }
 
 /// Where in `list` the first RPC of `report` was routed.
@@ -267,7 +281,9 @@ const SR_PAIR: &str = "pair:
       params: {key_field: user, num_shards: NUM_SHARDS, num_choices: 2, staleness: 1.0}
       STATE
     - element: servicerouter_server
-      name: srs";
+      name: srs
+any:
+  - logging";
 
 fn sr(num_shards: u32, state: &str) -> Scenario {
     let chain = SR_PAIR
@@ -291,6 +307,7 @@ fn servicerouter_routes_within_the_request_shard() {
         })
         .collect();
     let report = sc.run(trace);
+    let loads = reported(&report, "sr-load");
     let mut shards_used = BTreeSet::new();
     for (i, u) in users.iter().enumerate() {
         // shard = hash(user) % num_shards, with the host's stable hash.
@@ -306,11 +323,10 @@ fn servicerouter_routes_within_the_request_shard() {
                 ["s1a", "s1b"]
             };
             assert!(allowed.contains(&d), "{u} (shard {shard}) went to {d}");
-            // The server part reports its requests in flight after this one: none.
-            assert_eq!(
-                r.client_headers.get("sr-load").map(String::as_str),
-                Some("0")
-            );
+            // The server part reports its requests in flight after this one: none. The
+            // client part takes the report out of the response.
+            assert_eq!(loads[&id], "0");
+            assert!(!r.client_headers.contains_key("sr-load"), "{r:?}");
         }
     }
     assert_eq!(shards_used.len(), 2);
@@ -344,6 +360,7 @@ fn servicerouter_prefers_the_lower_fresh_load() {
 
     // Every RPC answers at t = 100 in request order; the server part of each replica
     // decrements its count and reports what is left in flight.
+    let loads = reported(&report, "sr-load");
     let mut in_flight: BTreeMap<&str, i64> = BTreeMap::new();
     for x in &d {
         *in_flight.entry(x.as_str()).or_default() += 1;
@@ -351,7 +368,12 @@ fn servicerouter_prefers_the_lower_fresh_load() {
     for r in &report.results {
         let n = in_flight.get_mut(r.dst.as_deref().unwrap()).unwrap();
         *n -= 1;
-        assert_eq!(r.client_headers["sr-load"], n.to_string(), "rpc {}", r.id);
+        assert_eq!(
+            loads[&r.id.as_u64().unwrap()],
+            n.to_string(),
+            "rpc {}",
+            r.id
+        );
     }
     // Both replicas got RPCs, so the client's last report of each is its final answer at
     // t = 100, with nothing left in flight.
@@ -384,8 +406,8 @@ fn servicerouter_learns_load_from_the_server_part() {
     assert_eq!(d[1], d[0]);
     assert_eq!(d[2], d[0]);
     // 2 and 3 overlap on X: 2's answer leaves 3 in flight, 3's leaves none.
-    assert_eq!(result(&report, 2).client_headers["sr-load"], "1");
-    assert_eq!(result(&report, 3).client_headers["sr-load"], "0");
+    let loads = reported(&report, "sr-load");
+    assert_eq!((loads[&2].as_str(), loads[&3].as_str()), ("1", "0"));
 }
 
 #[test]
@@ -409,28 +431,40 @@ fn servicerouter_without_the_shard_is_unavailable() {
 // ---------------------------------------------------------------------------------------------
 // prequal_client / prequal_server
 
-fn prequal(num_choices: u32, q_rif: f64, replicas: &str) -> Scenario {
+/// Reports stay fresh for `max_age` seconds.
+fn prequal(num_choices: u32, q_rif: f64, max_age: f64, replicas: &str) -> Scenario {
     Scenario::new(&format!(
         "pair:
   - - element: prequal_client
       name: pqc
-      params: {{num_choices: {num_choices}, q_rif: {q_rif}, pool_size: 16}}
+      params: {{num_choices: {num_choices}, q_rif: {q_rif}, pool_size: 16, max_age: {max_age:?}}}
       state: {{replicas: [{replicas}]}}
     - element: prequal_server
       name: pqs
-      params: {{alpha: 0.2}}"
+      params: {{alpha: 0.2}}
+any:
+  - logging"
     ))
+}
+
+/// A probe as the client part keeps it: the report and when it came.
+fn probe(rif: i64, latency: f64, at: f64) -> Value {
+    Value::pair(
+        Value::pair(Value::Int(rif), Value::Float(latency)),
+        Value::Instant(at),
+    )
 }
 
 #[test]
 fn prequal_prefers_the_fastest_cold_replica() {
-    let sc = prequal(3, 0.5, "a, b, c");
+    // About the choice: no report grows old here.
+    let sc = prequal(3, 0.5, 10.0, "a, b, c");
     let trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [10, 0.05], "b": [1, 0.2], "c": [2, 0.1]}),
+            json!({"a": [[10, 0.05], 0.0], "b": [[1, 0.2], 0.0], "c": [[2, 0.1], 0.0]}),
         ),
         control(0.0, "pqc", "pool", json!([1.0, 2.0, 10.0])),
         rpc(1, 1.0).t_resp(1.5),
@@ -445,19 +479,23 @@ fn prequal_prefers_the_fastest_cold_replica() {
     // which the client stored as c's probe and pool[0]. Threshold is still
     // quantile([0, 2, 10], 0.5) = 2 and c (0, 0.1) still beats b (1, 0.2).
     assert_eq!(d[1], "c");
-    let r1 = result(&report, 1);
-    assert_eq!(r1.client_headers["prequal-rif"], "0");
-    assert_eq!(r1.client_headers["prequal-latency"], "0.1");
+    let (rif, latency) = (
+        reported(&report, "prequal-rif"),
+        reported(&report, "prequal-latency"),
+    );
+    assert_eq!((rif[&1].as_str(), latency[&1].as_str()), ("0", "0.1"));
     let l2: f64 = 0.2 * (2.25 - 2.0) + (1.0 - 0.2) * (0.2 * (1.5 - 1.0) + (1.0 - 0.2) * 0.0);
-    let r2 = result(&report, 2);
-    assert_eq!(r2.client_headers["prequal-latency"], format!("{l2:?}"));
-    // The server part's headers are for the client: the service never sees them.
+    assert_eq!(latency[&2], format!("{l2:?}"));
+    // The server part's headers are for the client part: neither the service nor the
+    // calling application sees them.
+    let r1 = result(&report, 1);
     assert!(r1.server_headers.is_empty());
+    assert!(r1.client_headers.is_empty(), "{r1:?}");
 
     let probes = state(&report, "pqc@client", "probes");
     let Value::Map(p) = probes else { panic!() };
-    assert_eq!(p[&s("c")], Value::pair(Value::Int(0), Value::Float(l2)));
-    assert_eq!(p[&s("a")], Value::pair(Value::Int(10), Value::Float(0.05)));
+    assert_eq!(p[&s("c")], probe(0, l2, 2.25));
+    assert_eq!(p[&s("a")], probe(10, 0.05, 0.0));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
         &Value::Vec(vec![
@@ -471,13 +509,13 @@ fn prequal_prefers_the_fastest_cold_replica() {
 
 #[test]
 fn prequal_all_hot_picks_the_fewest_requests_in_flight() {
-    let sc = prequal(3, 0.5, "a, b, c");
+    let sc = prequal(3, 0.5, 10.0, "a, b, c");
     let trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [5, 0.01], "b": [3, 0.3], "c": [7, 0.02]}),
+            json!({"a": [[5, 0.01], 0.0], "b": [[3, 0.3], 0.0], "c": [[7, 0.02], 0.0]}),
         ),
         // Threshold quantile([0, 0, 1], 0.5) = 0: every sampled RIF is above it.
         control(0.0, "pqc", "pool", json!([0.0, 0.0, 1.0])),
@@ -492,14 +530,15 @@ fn prequal_all_hot_picks_the_fewest_requests_in_flight() {
 fn prequal_chooses_only_among_the_sampled_replicas() {
     // Two of three sampled per request. c is the worst (hot) and can never win; a beats b
     // whenever both are sampled, so a wins when sampled (probability 2/3) and b otherwise.
-    let sc = prequal(2, 0.5, "a, b, c");
+    // The requests span 6 s: the probes must not grow old meanwhile.
+    let sc = prequal(2, 0.5, 10.0, "a, b, c");
     let n = 600u64;
     let mut trace = vec![
         control(
             0.0,
             "pqc",
             "probes",
-            json!({"a": [1, 0.01], "b": [1, 0.02], "c": [9, 0.001]}),
+            json!({"a": [[1, 0.01], 0.0], "b": [[1, 0.02], 0.0], "c": [[9, 0.001], 0.0]}),
         ),
         control(0.0, "pqc", "pool", json!([1.0, 1.0, 9.0])),
     ];
@@ -518,7 +557,7 @@ fn prequal_chooses_only_among_the_sampled_replicas() {
 
 #[test]
 fn prequal_server_reports_in_flight_and_smoothed_latency() {
-    let sc = prequal(3, 0.8, "solo");
+    let sc = prequal(3, 0.8, 1.0, "solo");
     let trace = vec![
         rpc(1, 0.0).t_resp(1.0),
         rpc(2, 0.5).t_resp(2.0),
@@ -530,15 +569,12 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
     let l1: f64 = alpha * 1.0 + (1.0 - alpha) * 0.0;
     let l2: f64 = alpha * 1.5 + (1.0 - alpha) * l1;
     let l3: f64 = alpha * 0.25 + (1.0 - alpha) * l2;
-    let headers: Vec<(String, String)> = report
-        .results
-        .iter()
-        .map(|r| {
-            (
-                r.client_headers["prequal-rif"].clone(),
-                r.client_headers["prequal-latency"].clone(),
-            )
-        })
+    let (rif, latency) = (
+        reported(&report, "prequal-rif"),
+        reported(&report, "prequal-latency"),
+    );
+    let headers: Vec<(String, String)> = (1..=3)
+        .map(|id| (rif[&id].clone(), latency[&id].clone()))
         .collect();
     assert_eq!(
         headers,
@@ -555,7 +591,7 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
     let Value::Map(p) = state(&report, "pqc@client", "probes") else {
         panic!()
     };
-    assert_eq!(p[&s("solo")], Value::pair(Value::Int(0), Value::Float(l3)));
+    assert_eq!(p[&s("solo")], probe(0, l3, 3.25));
     assert_eq!(
         state(&report, "pqc@client", "pool"),
         &Value::Vec(vec![
@@ -564,6 +600,84 @@ fn prequal_server_reports_in_flight_and_smoothed_latency() {
             Value::Float(0.0)
         ])
     );
+}
+
+/// A replica that reported a high latency loses to a faster cold one for as long as its
+/// report is fresh; once the report is older than `max_age` it counts as none, so the
+/// replica is picked again and reports anew. Kept for ever, the report shut it out for good
+/// (it never got the request that would have refreshed it).
+#[test]
+fn prequal_probes_a_replica_again_once_its_report_is_older_than_max_age() {
+    // b reported a latency of 0.05 s at t = 0; a has no report, so it wins the first RPC
+    // (latency 0), and answers it slowly: 0.5 s, which its server part reports as
+    // 0.2 × 0.5 = 0.1 s at t = 0.5. RPCs 2 to 9 (t = 0.625 … 1.5, answered in 1/16 s) go to
+    // b, whose reports (at most 0.0625 s) beat a's 0.1 while a's is at most 1 s old. At
+    // t = 1.625 a's report is 1.125 s old: a counts as unreported and gets RPC 10.
+    let trace = || {
+        let mut t = vec![
+            control(0.0, "pqc", "probes", json!({"b": [[0, 0.05], 0.0]})),
+            rpc(1, 0.0).t_resp(0.5),
+        ];
+        for k in 1..=9u64 {
+            let at = 0.5 + 0.125 * k as f64;
+            t.push(rpc(k + 1, at).t_resp(at + 0.0625));
+        }
+        t
+    };
+    let report = prequal(2, 0.5, 1.0, "a, b").run(trace());
+    let mut expected = vec!["a"];
+    expected.extend(["b"; 8]);
+    expected.push("a");
+    assert_eq!(dsts(&report), expected);
+    // a answered RPC 10 at 1.6875 s and reported again: its latency average moved from
+    // the slow answer towards the fast one.
+    let Value::Map(p) = state(&report, "pqc@client", "probes") else {
+        panic!()
+    };
+    let l_a: f64 = 0.2 * 0.0625 + (1.0 - 0.2) * (0.2 * 0.5);
+    assert_eq!(p[&s("a")], probe(0, l_a, 1.6875));
+
+    // With reports good for 10 s, a's slow one still counts at t = 1.625.
+    let report = prequal(2, 0.5, 10.0, "a, b").run(trace());
+    let mut expected = vec!["a"];
+    expected.extend(["b"; 9]);
+    assert_eq!(dsts(&report), expected);
+}
+
+/// The load reports are for the client part of each pair: it reads them and takes them out
+/// of the response, so the calling application gets the server's own headers and nothing
+/// else (they reached it, and looked like the service's metadata).
+#[test]
+fn the_client_parts_remove_the_load_reports_from_the_response() {
+    let answer = |id| {
+        rpc(id, id as f64)
+            .user("u")
+            .t_resp(id as f64 + 0.5)
+            .resp_header("x-app", "kept")
+    };
+    for (sc, keys) in [
+        (
+            prequal(1, 0.5, 1.0, "a"),
+            &["prequal-latency", "prequal-rif"][..],
+        ),
+        (sr(1, "state: {shards: {0: [a]}}"), &["sr-load"][..]),
+    ] {
+        let report = sc.run([answer(1), answer(2)]);
+        for id in [1, 2] {
+            let r = result(&report, id);
+            assert_ok(r);
+            let got: Vec<(&str, &str)> = r
+                .client_headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(got, [("x-app", "kept")], "{keys:?}");
+            // The server part did report, between the two parts.
+            for k in keys {
+                assert!(!reported(&report, k)[&id].is_empty(), "{k}");
+            }
+        }
+    }
 }
 
 #[test]

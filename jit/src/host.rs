@@ -1144,11 +1144,8 @@ extern "C" fn hc_header_set(f: F, msg: u64, name: u64, value: u64) -> u64 {
                 "header name and value must be strings".into(),
             ));
         };
-        // As `text::header_name`, in place: the name is ours.
-        let mut n = n;
-        n.make_ascii_lowercase();
         let mut m = Arc::clone(f.msg(msg)?);
-        Arc::make_mut(&mut m).headers.insert(n, v);
+        Arc::make_mut(&mut m).set_header(n, v)?;
         Ok(f.put(Value::Msg(m)))
     })
 }

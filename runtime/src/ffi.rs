@@ -115,7 +115,8 @@ pub struct WeftCall {
     /// `weft_request` only. 0: `metadata` is complete. Otherwise the version
     /// `weft_metadata_keys` returned, and `metadata` holds (at least) the keys it listed:
     /// the only ones the chain observes, so the others need not be passed. Out metadata then
-    /// holds those keys (and any the chain added), to lay over the request's own.
+    /// holds the keys passed (and any the chain added) to replace theirs in the request's
+    /// own: a key passed but missing from it was removed by the chain.
     pub metadata_keys_version: u64,
     /// `WEFT_VERDICT_*`.
     pub verdict: i32,

@@ -1,6 +1,7 @@
 //! Writes: `set`/`delete` on state, locals and messages, headers and per-RPC metadata.
 
 use weft_hostcalls::state::CellKind;
+use weft_hostcalls::text::{HeaderError, writable_header};
 
 use super::*;
 use crate::ast::{self, Lit};
@@ -172,45 +173,31 @@ impl Checker<'_> {
         }
     }
 
-    /// A literal header name an element may write, with a literal value gRPC can carry:
-    /// pseudo-headers, `grpc-*`, `content-type` and `te` belong to the transport (a
-    /// `grpc-status` written into an OK response contradicted its status), `weft-version`
-    /// to the engine (it picks the version of the chain a request runs), and keys and
-    /// values outside what HTTP/2 metadata allows would be dropped or refused on the wire.
+    /// A literal header name an element may write, with a literal value gRPC can carry
+    /// (`text::writable_header`, the rule both executors apply at run time to what is
+    /// computed).
     fn header_name_writable(&mut self, name: &ast::Expr, value: &ast::Expr) {
         let ast::ExprKind::Lit(Lit::Str(n)) = &name.kind else {
             return;
         };
-        let lower = n.to_ascii_lowercase();
-        let reserved = lower.starts_with(':')
-            || lower.starts_with("grpc-")
-            || matches!(lower.as_str(), "content-type" | "te" | "weft-version");
-        if reserved {
-            self.error(
-                name.span,
-                format!("header '{n}' belongs to gRPC or to Weft; an element cannot write it"),
-            )
-            .hint = Some("use a name of your own, e.g. 'x-…'".into());
+        let value_lit = match &value.kind {
+            ast::ExprKind::Lit(Lit::Str(v)) => Some(v.as_str()),
+            _ => None,
+        };
+        let Err(e) = writable_header(&n.to_ascii_lowercase(), value_lit) else {
             return;
-        }
-        if n.is_empty()
-            || !lower
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
-        {
-            self.error(name.span, format!("'{n}' is not a gRPC metadata key"))
-                .hint = Some("keys are lower-case letters, digits, `-`, `_` and `.`".into());
-            return;
-        }
-        if let ast::ExprKind::Lit(Lit::Str(v)) = &value.kind
-            && !lower.ends_with("-bin")
-            && !v.bytes().all(|b| (0x20..0x7f).contains(&b))
-        {
-            self.error(
-                value.span,
-                "a header value is printable ASCII (a key ending in `-bin` carries any bytes)",
-            );
-        }
+        };
+        let hint = match e {
+            HeaderError::NotPrintable { .. } => {
+                self.error(value.span, e.to_string());
+                return;
+            }
+            HeaderError::Reserved { .. } => "use a name of your own, e.g. 'x-…'",
+            HeaderError::EmptyName | HeaderError::NotAKey { .. } => {
+                "e.g. 'x-tenant', 'x-request-id'"
+            }
+        };
+        self.error(name.span, e.to_string()).hint = Some(hint.into());
     }
 
     pub(super) fn set_header(&mut self, args: &[ast::Expr], span: Span) -> Option<StmtKind> {
