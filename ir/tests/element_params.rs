@@ -77,6 +77,39 @@ fn nonsense_parameters_stop_the_chain_from_loading_with_the_elements_reason() {
             "loadbalance: {policy: roundrobin}",
             "policy must be round_robin, random or sticky, got 'roundrobin'",
         ),
+        (
+            "prequal_client: {pool_size: 0}",
+            "pool_size must be at least 1, got 0",
+        ),
+        (
+            "prequal_client: {num_choices: 0}",
+            "num_choices must be at least 1",
+        ),
+        ("prequal_client: {q_rif: 80.0}", "q_rif is a quantile"),
+        (
+            "prequal_client: {max_age: -1.0}",
+            "max_age must be at least 0 seconds",
+        ),
+        (
+            "prequal_server: {alpha: 0.0}",
+            "alpha must be above 0.0 and at most 1.0",
+        ),
+        (
+            "prequal_server: {alpha: 1.5}",
+            "alpha must be above 0.0 and at most 1.0",
+        ),
+        (
+            "servicerouter_client: {key_field: user, num_shards: 0}",
+            "num_shards must be at least 1, got 0",
+        ),
+        (
+            "servicerouter_client: {key_field: user, num_choices: 0}",
+            "num_choices must be at least 1",
+        ),
+        (
+            "servicerouter_client: {key_field: user, staleness: -2.0}",
+            "staleness must be at least 0 seconds",
+        ),
         // The checker refuses it already: the sticky arm reads the field `key_field` names.
         ("loadbalance: {policy: sticky}", "empty field path"),
     ];
@@ -104,6 +137,9 @@ fn sensible_parameters_at_the_edges_of_the_ranges_still_load() {
         "encrypt: {field: body, key: k}",
         "loadbalance: {policy: random}",
         "loadbalance: {policy: sticky, key_field: user}",
+        "prequal_client: {num_choices: 1, q_rif: 1.0, pool_size: 1, max_age: 0.0}",
+        "prequal_server: {alpha: 1.0}",
+        "servicerouter_client: {key_field: user, num_shards: 1, num_choices: 1, staleness: 0.0}",
     ] {
         assert_eq!(start(item), Ok(()), "{item}");
     }
