@@ -21,9 +21,10 @@
 //! - **Randomness.** Each instance has its own random stream: drawing is reading and
 //!   advancing a hidden state variable of the instance.
 //! - **Instances starting.** An instance runs `init` (and the config's `state:`) when it
-//!   first sees a request. For a shared variable that handlers also change, or for a value
-//!   taken from the clock, that is a write whose timing depends on which requests reach the
-//!   element and which instance they reach.
+//!   first sees a request. For a shared variable it writes (the handlers and the control
+//!   plane change shared state in between), or for a value taken from the clock or from
+//!   shared state, that is a write whose timing depends on which requests reach the element
+//!   and which instance they reach.
 //!
 //! Every write also depends on the value it overwrites (a conditional write keeps it).
 
@@ -263,19 +264,47 @@ pub fn abstract_element(e: &Element, use_: &ElementUse) -> ElementAbs {
         .union(&props.resp.state_written)
         .map(|v| format!("state:{v}"))
         .collect();
+    // What `init` writes depends on when the instance starts if it reads the clock, draws,
+    // or reads state that changes while instances run: state the handlers change, shared
+    // state (the control plane and other instances change it, and a new instance reads it
+    // as it is then: an `init` that copied a shared level into local state made instances
+    // started on the two sides disagree), or a variable `init` computed from such state.
+    let shared: BTreeSet<String> = e
+        .state
+        .iter()
+        .filter(|v| v.consistency != Consistency::Local)
+        .map(|v| format!("state:{}", v.name))
+        .collect();
+    let mut init_nondet: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let before = init_nondet.len();
+        for v in &e.state {
+            let label = format!("state:{}", v.name);
+            let nondet = props.init.write_deps.get(&label).is_some_and(|d| {
+                d.contains("time")
+                    || d.contains("random")
+                    || d.iter().any(|x| {
+                        x != &label
+                            && (handler_written.contains(x)
+                                || shared.contains(x)
+                                || init_nondet.contains(x))
+                    })
+            });
+            if nondet {
+                init_nondet.insert(label);
+            }
+        }
+        if init_nondet.len() == before {
+            break;
+        }
+    }
     for (i, v) in e.state.iter().enumerate() {
         let label = format!("state:{}", v.name);
         let by_handlers = handler_written.contains(&label);
         let by_init = props.init.state_written.contains(&v.name)
             || v.from_param.is_some()
             || config_state.contains(v.name.as_str());
-        // What `init` writes depends on when the instance starts if it reads the clock,
-        // draws, or reads state the handlers change (shared state other instances moved on).
-        let init_nondet = props.init.write_deps.get(&label).is_some_and(|d| {
-            d.contains("time")
-                || d.contains("random")
-                || d.iter().any(|x| x != &label && handler_written.contains(x))
-        });
+        let init_nondet = init_nondet.contains(&label);
         let slot = &mut vars[i];
         slot.written_by_handlers = by_handlers;
         match v.consistency {
@@ -285,7 +314,12 @@ pub fn abstract_element(e: &Element, use_: &ElementUse) -> ElementAbs {
             }
             Consistency::Strong => {
                 slot.keyed = false;
-                slot.creation = (by_init && by_handlers) || init_nondet;
+                // Every instance that starts runs `init` again (and the first one applies
+                // the config's `state:`), overwriting what the handlers, the control plane
+                // or the config put there since, whether or not the handlers write it: a
+                // control-plane write is never replayed into a new instance, so a switch the
+                // control plane closed reopened when a new caller's instance started.
+                slot.creation = by_init || init_nondet;
             }
             Consistency::Weak => {
                 slot.keyed = true;

@@ -6,7 +6,8 @@
 //!
 //! Every third case runs over a schema with oneofs (planner_oneof.proto), where writing one
 //! member of a oneof clears the others. The element pool adds writes decided inside
-//! read-modify-write lambdas ([`MORE_KINDS`]).
+//! read-modify-write lambdas, and shared state that `init` writes while the control plane
+//! changes it ([`MORE_KINDS`]).
 //!
 //! `WEFT_SOUNDNESS_CASES` sets the number of cases (default 10 000; `make fuzz` runs
 //! 100 000), `WEFT_SOUNDNESS_SEED` the first seed. A failure prints the seed, the chain, the
@@ -65,7 +66,7 @@ fn run_case(seed: u64, stats: &mut Stats) {
     } else {
         Observation::Weak
     };
-    let schema = if seed % 3 == 0 {
+    let schema = if seed.is_multiple_of(3) {
         Schema::Oneof
     } else {
         Schema::Echo

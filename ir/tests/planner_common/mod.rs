@@ -119,8 +119,9 @@ pub const KINDS: &[&str] = &[
 /// timings stay as they were): writes decided inside read-modify-write lambdas — a route
 /// from the state the lambda updates, field and header writes behind an early `return`, a
 /// weak map whose unchanged entries are not written, a response handler's, nested lambdas
-/// with a computed header name and metadata — and a response field writer (with the oneof
-/// schema, a writer of one member clears the others).
+/// with a computed header name and metadata; a response field writer (with the oneof
+/// schema, a writer of one member clears the others); and shared state that `init` writes
+/// or copies while the control plane (trace control lines, config `state:`) changes it.
 pub const MORE_KINDS: &[&str] = &[
     "rmwsticky",
     "rmwmark",
@@ -128,6 +129,8 @@ pub const MORE_KINDS: &[&str] = &[
     "rmwresp",
     "rmwnest",
     "respfield",
+    "gate_strong",
+    "snap_level",
 ];
 
 /// Elements that need the oneof schema: `who_size` reads the size of the message `who`.
@@ -245,6 +248,7 @@ pub fn gen_element_in(rng: &mut Rng, kind: &'static str, schema: Schema) -> Gen 
             format!("{{limit: {}}}", rng.pick(&["3", "6", "12"])),
             String::new(),
         ),
+        "gate_strong" if rng.chance(0.3) => (String::new(), "{open: false}".into()),
         _ => (String::new(), String::new()),
     };
     Gen {
@@ -398,6 +402,22 @@ pub fn gen_trace_in(
                 r#"{{"t": 0, "control": {{"element": "{}", "var": "replicas", "value": ["echo-0", "echo-1"]}}}}"#,
                 el.use_.name
             ));
+        }
+        // Shared state the control plane changes while instances start.
+        let control = match el.use_.element.as_str() {
+            "gate_strong" => Some(("open", ["false", "true"])),
+            "snap_level" => Some(("level", ["1", "0"])),
+            _ => None,
+        };
+        if let Some((var, values)) = control {
+            for k in 0..1 + rng.below(2) {
+                let value = values[k % 2];
+                lines.push(format!(
+                    r#"{{"t": {}, "control": {{"element": "{}", "var": "{var}", "value": {value}}}}}"#,
+                    rng.float() * 0.4 * rpcs as f64 / 2.0,
+                    el.use_.name
+                ));
+            }
         }
     }
     let mut t = 0.0;
