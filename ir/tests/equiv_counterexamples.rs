@@ -114,3 +114,24 @@ fn init_copying_shared_state_into_local_state_keeps_the_side() {
     assert!(!v.equivalent, "{}", v.reason);
     assert!(v.reason.contains("`snap`"), "{}", v.reason);
 }
+
+/// The right side of `and`/`or` runs only when the left side does not decide the result,
+/// so a read-modify-write there updates state depending on the left side. The taint
+/// analysis gave both sides the statement's control dependencies only, so `viporcount`'s
+/// count looked independent of the header `viptag` sets, and the checker let the two swap.
+#[test]
+fn a_write_on_the_right_of_or_depends_on_its_left_side() {
+    let edge = planner_common::load("    any: [viptag, viporcount]\n").unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    let swapped = layout(&c, &["viporcount", "viptag"], &[]);
+    let trace = [rpc(1, 0.0, "frontend-0"), rpc(2, 1.0, "frontend-0")];
+    let trace: Vec<&str> = trace.iter().map(String::as_str).collect();
+    let (configured, moved) = both(&edge, &c, &swapped, &trace);
+    let served = |r: &SimReport| r.state["viporcount@frontend-0"]["served"].clone();
+    // Configured, every request is marked before it is counted: nothing is counted.
+    assert_eq!(format!("{:?}", served(&configured)), "Map({})");
+    assert_ne!(served(&configured), served(&moved));
+    let v = c.check(&swapped, Observation::Weak);
+    assert!(!v.equivalent, "{}", v.reason);
+    assert!(v.reason.contains("viporcount"), "{}", v.reason);
+}

@@ -120,8 +120,10 @@ pub const KINDS: &[&str] = &[
 /// from the state the lambda updates, field and header writes behind an early `return`, a
 /// weak map whose unchanged entries are not written, a response handler's, nested lambdas
 /// with a computed header name and metadata; a response field writer (with the oneof
-/// schema, a writer of one member clears the others); and shared state that `init` writes
-/// or copies while the control plane (trace control lines, config `state:`) changes it.
+/// schema, a writer of one member clears the others); shared state that `init` writes or
+/// copies while the control plane (trace control lines, config `state:`) changes it; and
+/// counts that skip requests a header marks, through an early `return` or the right side of
+/// an `or`, with the element that marks them.
 pub const MORE_KINDS: &[&str] = &[
     "rmwsticky",
     "rmwmark",
@@ -131,6 +133,9 @@ pub const MORE_KINDS: &[&str] = &[
     "respfield",
     "gate_strong",
     "snap_level",
+    "viptag",
+    "vipcount",
+    "viporcount",
 ];
 
 /// Elements that need the oneof schema: `who_size` reads the size of the message `who`.
