@@ -123,7 +123,9 @@ pub const KINDS: &[&str] = &[
 /// schema, a writer of one member clears the others); shared state that `init` writes or
 /// copies while the control plane (trace control lines, config `state:`) changes it; and
 /// counts that skip requests a header marks, through an early `return` or the right side of
-/// an `or`, with the element that marks them.
+/// an `or`, with the element that marks them; a header named by a parameter with capitals
+/// (`DST` routes); and a response handler that writes a header named at run time and then
+/// may turn the response into an error.
 pub const MORE_KINDS: &[&str] = &[
     "rmwsticky",
     "rmwmark",
@@ -136,6 +138,8 @@ pub const MORE_KINDS: &[&str] = &[
     "viptag",
     "vipcount",
     "viporcount",
+    "headerset",
+    "resperr",
 ];
 
 /// Elements that need the oneof schema: `who_size` reads the size of the message `who`.
@@ -253,6 +257,15 @@ pub fn gen_element_in(rng: &mut Rng, kind: &'static str, schema: Schema) -> Gen 
             format!("{{limit: {}}}", rng.pick(&["3", "6", "12"])),
             String::new(),
         ),
+        "headerset" => {
+            let (name, value) = *rng.pick(&[
+                ("X-Tier", "gold"),
+                ("X-Vip", "yes"),
+                ("X-User", "mallory"),
+                ("DST", "echo-1"),
+            ]);
+            (format!("{{name: {name}, value: {value}}}"), String::new())
+        }
         "gate_strong" if rng.chance(0.3) => (String::new(), "{open: false}".into()),
         _ => (String::new(), String::new()),
     };
