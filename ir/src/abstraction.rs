@@ -6,9 +6,9 @@
 //! scan of the IR fills in, always erring towards more dependencies:
 //!
 //! - **Run-time errors** (integer division by zero, an index out of range, an `Option` used
-//!   as a value, an empty `randomi` range, a `foreach` past the iteration limit…) reject
-//!   the RPC with INTERNAL, so an element that can raise one stops requests even if it
-//!   never says `send(err(…), Up)`.
+//!   as a value, an empty `randomi` range, a `foreach` past the iteration limit, a string
+//!   join or an `encrypt` whose result would pass 64 MiB…) reject the RPC with INTERNAL, so
+//!   an element that can raise one stops requests even if it never says `send(err(…), Up)`.
 //! - **Early termination.** `if c: send(err, Up)` followed by a state write makes the write
 //!   depend on `c`, which taint through control flow does not see; a handler that can stop
 //!   (or fail) before its end uses AppNet's rule instead of props' per-write taint: every
@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use weft_hostcalls::Value;
+use weft_hostcalls::builtins::MAX_VALUE_LEN;
 use weft_hostcalls::state::{CellKind, Consistency};
 
 use crate::ast::BinOp;
@@ -368,10 +369,13 @@ fn cipher_of(
         Target::State(v) => vars[*v].random_stream,
         _ => false,
     });
-    let plain = req.channels.is_empty() && !resp.active() && !req.stops.fails;
+    let plain = req.channels.is_empty() && !resp.active();
     let ok = match kind {
-        Cipher::Encrypt => only_field && plain && !req.stops.any(),
-        Cipher::Decrypt => only_field && plain && vars.is_empty(),
+        // Encrypt can fail (a plaintext too long to seal rejects the RPC); that stays a stop
+        // in the model, so nothing that counts requests moves across it. The pair needs only
+        // that every request it lets through reaches decrypt with the ciphertext.
+        Cipher::Encrypt => only_field && plain && !req.stops.rejects && !req.stops.replies,
+        Cipher::Decrypt => only_field && plain && !req.stops.fails && vars.is_empty(),
     };
     ok.then_some((kind, fkey, key.clone()))
 }
@@ -815,6 +819,15 @@ impl Scan {
                 {
                     self.may_fail = true;
                 }
+                // Joining strings or bytes fails past `MAX_VALUE_LEN` (64 MiB), which rejects
+                // the RPC: `prefix + get(rpc, field)` stops a request whose field is that
+                // long. Only a join of operands whose length is known to fit cannot fail.
+                if *op == BinOp::Add
+                    && matches!(lhs.ty, Type::Str | Type::Bytes)
+                    && !max_len(e).is_some_and(|n| n <= MAX_VALUE_LEN)
+                {
+                    self.may_fail = true;
+                }
                 self.expr(lhs);
                 self.expr(rhs);
             }
@@ -845,6 +858,12 @@ impl Scan {
                             if lo < hi
                     ),
                     Builtin::RandomF => !args.iter().all(finite_constant),
+                    // The sealed text (in base64 for a string) must fit in `MAX_VALUE_LEN`;
+                    // half of it leaves room for base64's 4/3 and the nonce and tag.
+                    Builtin::Encrypt => !args
+                        .first()
+                        .and_then(max_len)
+                        .is_some_and(|n| n <= MAX_VALUE_LEN / 2),
                     Builtin::Quantile
                     | Builtin::Compress
                     | Builtin::Decompress
@@ -857,6 +876,41 @@ impl Scan {
                 }
             }
         }
+    }
+}
+
+/// An upper bound on the length of a string or bytes value that holds whatever the RPC and
+/// the state are: literals (parameters are literals once bound), numbers and bools turned
+/// into text, and joins of those. `None` for anything else (a field, a header, state), whose
+/// length has no bound.
+fn max_len(e: &Expr) -> Option<usize> {
+    // The longest text `str` makes of a number, bool or instant (`-9223372036854775808`,
+    // `-1.7976931348623157e308`).
+    const NUMBER_TEXT: usize = 32;
+    match &e.kind {
+        ExprKind::Const(Value::Str(s)) => Some(s.len()),
+        ExprKind::Const(Value::Bytes(b)) => Some(b.len()),
+        ExprKind::Call {
+            builtin: Builtin::ToStr,
+            args,
+        } => match args.first() {
+            Some(a) if matches!(a.ty, Type::Str) => max_len(a),
+            Some(a)
+                if matches!(
+                    a.ty,
+                    Type::Int | Type::Uint | Type::Float | Type::Bool | Type::Instant
+                ) =>
+            {
+                Some(NUMBER_TEXT)
+            }
+            _ => None,
+        },
+        ExprKind::Binary {
+            op: BinOp::Add,
+            lhs,
+            rhs,
+        } => max_len(lhs)?.checked_add(max_len(rhs)?),
+        _ => None,
     }
 }
 

@@ -135,3 +135,63 @@ fn a_write_on_the_right_of_or_depends_on_its_left_side() {
     assert!(!v.equivalent, "{}", v.reason);
     assert!(v.reason.contains("viporcount"), "{}", v.reason);
 }
+
+/// `+` on strings fails past 64 MiB (`MAX_VALUE_LEN`), which rejects the request with
+/// INTERNAL, so `mutation` (`prefix + get(rpc, field)`) can stop a request whose field is
+/// that long. The checker took it for an element that never stops and let `local_counter`
+/// move ahead of it, where it also counts the requests `mutation` rejects.
+#[test]
+fn a_concatenation_past_the_value_limit_stops_the_request() {
+    let edge = planner_common::load(
+        "    any: [{element: mutation, name: mutation, params: {field: body}}, local_counter]\n",
+    )
+    .unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    let swapped = layout(&c, &["local_counter", "mutation"], &[]);
+    let huge = "a".repeat(weft_hostcalls::builtins::MAX_VALUE_LEN);
+    let trace = [format!(
+        r#"{{"id": 1, "t": 0, "src": "frontend-0", "req": {{"user": "alice", "body": "{huge}"}}, "resp": {{"body": "r"}}}}"#
+    )];
+    drop(huge);
+    let trace: Vec<&str> = trace.iter().map(String::as_str).collect();
+    let (configured, moved) = both(&edge, &c, &swapped, &trace);
+    assert_eq!(outcomes(&configured), [Outcome::Rejected]);
+    assert_eq!(outcomes(&moved), [Outcome::Rejected]);
+    let count = |r: &SimReport| {
+        r.state
+            .get("local_counter@frontend-0")
+            .map(|s| format!("{:?}", s["count"]))
+    };
+    // Configured, the request never reaches the counter (no instance even starts).
+    assert_eq!(count(&configured), None);
+    assert_eq!(count(&moved).as_deref(), Some("Int(1)"));
+    let v = c.check(&swapped, Observation::Weak);
+    assert!(!v.equivalent, "{}", v.reason);
+}
+
+/// `encrypt` refuses a plaintext whose sealed text would pass the same 64 MiB limit, so the
+/// first half of an encrypt/decrypt pair can stop a request too; the checker let
+/// `local_counter` leave the pair for the front, where it counts requests `enc` rejects.
+#[test]
+fn encrypting_past_the_value_limit_stops_the_request() {
+    let edge = planner_common::load(
+        "    any: [local_counter]\n    pair:\n      - [{element: encrypt, name: enc, params: {field: body, key: k}}, {element: decrypt, name: dec, params: {field: body, key: k}}]\n",
+    )
+    .unwrap();
+    let mut c = Checker::new(&edge).unwrap();
+    assert_eq!(c.names(), ["enc", "local_counter", "dec"]);
+    let moved = layout(&c, &["local_counter", "enc", "dec"], &[]);
+    let huge = "a".repeat(weft_hostcalls::builtins::MAX_VALUE_LEN);
+    let trace = [format!(
+        r#"{{"id": 1, "t": 0, "src": "frontend-0", "req": {{"user": "alice", "body": "{huge}"}}, "resp": {{"body": "r"}}}}"#
+    )];
+    drop(huge);
+    let trace: Vec<&str> = trace.iter().map(String::as_str).collect();
+    let (configured, front) = both(&edge, &c, &moved, &trace);
+    assert_eq!(outcomes(&configured), [Outcome::Rejected]);
+    assert_eq!(configured.results[0].by.as_deref(), Some("enc"));
+    let counted = |r: &SimReport| r.state.contains_key("local_counter@frontend-0");
+    assert!(!counted(&configured) && counted(&front));
+    let v = c.check(&moved, Observation::Weak);
+    assert!(!v.equivalent, "{}", v.reason);
+}
