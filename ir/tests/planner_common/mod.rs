@@ -116,16 +116,20 @@ pub const KINDS: &[&str] = &[
 ];
 
 /// More test elements for the soundness test (not the optimality test, whose chains and
-/// timings stay as they were): writes decided inside read-modify-write lambdas — a route
-/// from the state the lambda updates, field and header writes behind an early `return`, a
-/// weak map whose unchanged entries are not written, a response handler's, nested lambdas
-/// with a computed header name and metadata; a response field writer (with the oneof
-/// schema, a writer of one member clears the others); shared state that `init` writes or
-/// copies while the control plane (trace control lines, config `state:`) changes it; and
-/// counts that skip requests a header marks, through an early `return` or the right side of
-/// an `or`, with the element that marks them; a header named by a parameter with capitals
-/// (`DST` routes); and a response handler that writes a header named at run time and then
-/// may turn the response into an error.
+/// timings stay as they were):
+/// - writes decided inside read-modify-write lambdas: a route from the count the lambda
+///   updates, a field write behind an early `return`, a weak map whose unchanged entries are
+///   not written, a response handler's, nested lambdas with a computed header name and
+///   metadata;
+/// - field writers: of the response, and of the request one that cannot fail (`mutation`'s
+///   join can, which ties its order to every element that stops or counts requests); with
+///   the oneof schema a writer of one member clears the others;
+/// - shared state that `init` writes or copies while the control plane (trace control
+///   lines, config `state:`) changes it;
+/// - counts that skip requests a header marks, through an early `return` or the right side
+///   of an `or`, and the element that marks them;
+/// - a header named by a parameter with capitals (`DST` routes), and a response handler
+///   that writes a header named at run time and then may turn the response into an error.
 pub const MORE_KINDS: &[&str] = &[
     "rmwsticky",
     "rmwmark",
@@ -133,6 +137,7 @@ pub const MORE_KINDS: &[&str] = &[
     "rmwresp",
     "rmwnest",
     "respfield",
+    "fieldset",
     "gate_strong",
     "snap_level",
     "viptag",
@@ -241,6 +246,14 @@ pub fn gen_element_in(rng: &mut Rng, kind: &'static str, schema: Schema) -> Gen 
             String::new(),
         ),
         "rmwweak" => (format!("{{field: {}}}", rng.pick(fields)), String::new()),
+        "fieldset" => (
+            format!(
+                "{{field: {}, value: {}}}",
+                rng.pick(fields),
+                rng.pick(USERS)
+            ),
+            String::new(),
+        ),
         "rmwresp" => (
             format!("{{field: {}}}", rng.pick(schema.resp_fields())),
             String::new(),
