@@ -824,7 +824,7 @@ impl Scan {
                 // long. Only a join of operands whose length is known to fit cannot fail.
                 if *op == BinOp::Add
                     && matches!(lhs.ty, Type::Str | Type::Bytes)
-                    && !max_len(e).is_some_and(|n| n <= MAX_VALUE_LEN)
+                    && max_len(e).is_none_or(|n| n > MAX_VALUE_LEN)
                 {
                     self.may_fail = true;
                 }
@@ -860,10 +860,10 @@ impl Scan {
                     Builtin::RandomF => !args.iter().all(finite_constant),
                     // The sealed text (in base64 for a string) must fit in `MAX_VALUE_LEN`;
                     // half of it leaves room for base64's 4/3 and the nonce and tag.
-                    Builtin::Encrypt => !args
+                    Builtin::Encrypt => args
                         .first()
                         .and_then(max_len)
-                        .is_some_and(|n| n <= MAX_VALUE_LEN / 2),
+                        .is_none_or(|n| n > MAX_VALUE_LEN / 2),
                     Builtin::Quantile
                     | Builtin::Compress
                     | Builtin::Decompress
