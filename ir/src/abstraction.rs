@@ -7,9 +7,9 @@
 //!
 //! - **Run-time errors** (integer division by zero, an index out of range, an `Option` used
 //!   as a value, an empty `randomi` range, a `foreach` past the iteration limit, a computed
-//!   header name or value `set_rpc_header` may not write…) reject the RPC with INTERNAL,
-//!   so an element that can raise one stops requests even if it never says
-//!   `send(err(…), Up)`.
+//!   header name or value `set_rpc_header` may not write, a string join or an `encrypt`
+//!   whose result would pass 64 MiB…) reject the RPC with INTERNAL, so an element that can
+//!   raise one stops requests even if it never says `send(err(…), Up)`.
 //! - **Early termination.** `if c: send(err, Up)` followed by a state write makes the write
 //!   depend on `c`, which taint through control flow does not see; a handler that can stop
 //!   (or fail) before its end uses AppNet's rule instead of props' per-write taint: every
@@ -22,15 +22,17 @@
 //! - **Randomness.** Each instance has its own random stream: drawing is reading and
 //!   advancing a hidden state variable of the instance.
 //! - **Instances starting.** An instance runs `init` (and the config's `state:`) when it
-//!   first sees a request. For a shared variable that handlers also change, or for a value
-//!   taken from the clock, that is a write whose timing depends on which requests reach the
-//!   element and which instance they reach.
+//!   first sees a request. For a shared variable it writes (the handlers and the control
+//!   plane change shared state in between), or for a value taken from the clock or from
+//!   shared state, that is a write whose timing depends on which requests reach the element
+//!   and which instance they reach.
 //!
 //! Every write also depends on the value it overwrites (a conditional write keeps it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use weft_hostcalls::Value;
+use weft_hostcalls::builtins::MAX_VALUE_LEN;
 use weft_hostcalls::state::{CellKind, Consistency};
 use weft_hostcalls::text::{header_name, writable_header};
 
@@ -265,19 +267,47 @@ pub fn abstract_element(e: &Element, use_: &ElementUse) -> ElementAbs {
         .union(&props.resp.state_written)
         .map(|v| format!("state:{v}"))
         .collect();
+    // What `init` writes depends on when the instance starts if it reads the clock, draws,
+    // or reads state that changes while instances run: state the handlers change, shared
+    // state (the control plane and other instances change it, and a new instance reads it
+    // as it is then: an `init` that copied a shared level into local state made instances
+    // started on the two sides disagree), or a variable `init` computed from such state.
+    let shared: BTreeSet<String> = e
+        .state
+        .iter()
+        .filter(|v| v.consistency != Consistency::Local)
+        .map(|v| format!("state:{}", v.name))
+        .collect();
+    let mut init_nondet: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let before = init_nondet.len();
+        for v in &e.state {
+            let label = format!("state:{}", v.name);
+            let nondet = props.init.write_deps.get(&label).is_some_and(|d| {
+                d.contains("time")
+                    || d.contains("random")
+                    || d.iter().any(|x| {
+                        x != &label
+                            && (handler_written.contains(x)
+                                || shared.contains(x)
+                                || init_nondet.contains(x))
+                    })
+            });
+            if nondet {
+                init_nondet.insert(label);
+            }
+        }
+        if init_nondet.len() == before {
+            break;
+        }
+    }
     for (i, v) in e.state.iter().enumerate() {
         let label = format!("state:{}", v.name);
         let by_handlers = handler_written.contains(&label);
         let by_init = props.init.state_written.contains(&v.name)
             || v.from_param.is_some()
             || config_state.contains(v.name.as_str());
-        // What `init` writes depends on when the instance starts if it reads the clock,
-        // draws, or reads state the handlers change (shared state other instances moved on).
-        let init_nondet = props.init.write_deps.get(&label).is_some_and(|d| {
-            d.contains("time")
-                || d.contains("random")
-                || d.iter().any(|x| x != &label && handler_written.contains(x))
-        });
+        let init_nondet = init_nondet.contains(&label);
         let slot = &mut vars[i];
         slot.written_by_handlers = by_handlers;
         match v.consistency {
@@ -287,7 +317,12 @@ pub fn abstract_element(e: &Element, use_: &ElementUse) -> ElementAbs {
             }
             Consistency::Strong => {
                 slot.keyed = false;
-                slot.creation = (by_init && by_handlers) || init_nondet;
+                // Every instance that starts runs `init` again (and the first one applies
+                // the config's `state:`), overwriting what the handlers, the control plane
+                // or the config put there since, whether or not the handlers write it: a
+                // control-plane write is never replayed into a new instance, so a switch the
+                // control plane closed reopened when a new caller's instance started.
+                slot.creation = by_init || init_nondet;
             }
             Consistency::Weak => {
                 slot.keyed = true;
@@ -336,10 +371,13 @@ fn cipher_of(
         Target::State(v) => vars[*v].random_stream,
         _ => false,
     });
-    let plain = req.channels.is_empty() && !resp.active() && !req.stops.fails;
+    let plain = req.channels.is_empty() && !resp.active();
     let ok = match kind {
-        Cipher::Encrypt => only_field && plain && !req.stops.any(),
-        Cipher::Decrypt => only_field && plain && vars.is_empty(),
+        // Encrypt can fail (a plaintext too long to seal rejects the RPC); that stays a stop
+        // in the model, so nothing that counts requests moves across it. The pair needs only
+        // that every request it lets through reaches decrypt with the ciphertext.
+        Cipher::Encrypt => only_field && plain && !req.stops.rejects && !req.stops.replies,
+        Cipher::Decrypt => only_field && plain && !req.stops.fails && vars.is_empty(),
     };
     ok.then_some((kind, fkey, key.clone()))
 }
@@ -786,6 +824,15 @@ impl Scan {
                 {
                     self.may_fail = true;
                 }
+                // Joining strings or bytes fails past `MAX_VALUE_LEN` (64 MiB), which rejects
+                // the RPC: `prefix + get(rpc, field)` stops a request whose field is that
+                // long. Only a join of operands whose length is known to fit cannot fail.
+                if *op == BinOp::Add
+                    && matches!(lhs.ty, Type::Str | Type::Bytes)
+                    && max_len(e).is_none_or(|n| n > MAX_VALUE_LEN)
+                {
+                    self.may_fail = true;
+                }
                 self.expr(lhs);
                 self.expr(rhs);
             }
@@ -816,6 +863,12 @@ impl Scan {
                             if lo < hi
                     ),
                     Builtin::RandomF => !args.iter().all(finite_constant),
+                    // The sealed text (in base64 for a string) must fit in `MAX_VALUE_LEN`;
+                    // half of it leaves room for base64's 4/3 and the nonce and tag.
+                    Builtin::Encrypt => args
+                        .first()
+                        .and_then(max_len)
+                        .is_none_or(|n| n > MAX_VALUE_LEN / 2),
                     Builtin::Quantile
                     | Builtin::Compress
                     | Builtin::Decompress
@@ -857,6 +910,41 @@ fn header_write_cannot_fail(name: &Expr, value: &Expr) -> bool {
         }
         // A `-bin` key carries any value.
         _ => n.ends_with("-bin") && writable_header(&n, None).is_ok(),
+    }
+}
+
+/// An upper bound on the length of a string or bytes value that holds whatever the RPC and
+/// the state are: literals (parameters are literals once bound), numbers and bools turned
+/// into text, and joins of those. `None` for anything else (a field, a header, state), whose
+/// length has no bound.
+fn max_len(e: &Expr) -> Option<usize> {
+    // The longest text `str` makes of a number, bool or instant (`-9223372036854775808`,
+    // `-1.7976931348623157e308`).
+    const NUMBER_TEXT: usize = 32;
+    match &e.kind {
+        ExprKind::Const(Value::Str(s)) => Some(s.len()),
+        ExprKind::Const(Value::Bytes(b)) => Some(b.len()),
+        ExprKind::Call {
+            builtin: Builtin::ToStr,
+            args,
+        } => match args.first() {
+            Some(a) if matches!(a.ty, Type::Str) => max_len(a),
+            Some(a)
+                if matches!(
+                    a.ty,
+                    Type::Int | Type::Uint | Type::Float | Type::Bool | Type::Instant
+                ) =>
+            {
+                Some(NUMBER_TEXT)
+            }
+            _ => None,
+        },
+        ExprKind::Binary {
+            op: BinOp::Add,
+            lhs,
+            rhs,
+        } => max_len(lhs)?.checked_add(max_len(rhs)?),
+        _ => None,
     }
 }
 

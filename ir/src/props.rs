@@ -17,6 +17,7 @@ use serde::Serialize;
 use weft_hostcalls::state::{CellKind, Combiner, Consistency};
 use weft_hostcalls::text::header_name;
 
+use crate::ast::BinOp;
 use crate::ir::*;
 
 /// Where a value can come from.
@@ -487,6 +488,21 @@ impl Analysis<'_> {
             | ExprKind::Convert { operand }
             | ExprKind::Unwrap(operand)
             | ExprKind::MakeSome(operand) => t.extend(self.expr(w, operand, ctrl, h)),
+            ExprKind::Binary {
+                op: BinOp::And | BinOp::Or,
+                lhs,
+                rhs,
+            } => {
+                // The right side runs only when the left side does not decide the result, so
+                // what it does (a read-modify-write, a draw) depends on the left side, as the
+                // body of an `if` does: with only the statement's control taint, a count
+                // behind `header == 'yes' or get(m, k, lambda…)` looked independent of the
+                // header, and the checker moved the header's writer across it.
+                let l = self.expr(w, lhs, ctrl, h);
+                let inner: Taint = ctrl.union(&l).cloned().collect();
+                t.extend(self.expr(w, rhs, &inner, h));
+                t.extend(l);
+            }
             ExprKind::Binary { lhs, rhs, .. } | ExprKind::MakePair(lhs, rhs) => {
                 t.extend(self.expr(w, lhs, ctrl, h));
                 t.extend(self.expr(w, rhs, ctrl, h));

@@ -182,14 +182,16 @@ fn a_write_to_a_nested_field_overlaps_a_read_of_its_parent() {
     use std::path::Path;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = format!(
-        "protos: [{}]\nelement_paths: [{}]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: nested.Svc/Call\n    any:\n      - {{element: mutation, name: mu, params: {{field: who.name}}}}\n      - who_size\n      - {{element: mutation, name: mu_body, params: {{field: body}}}}\n",
+        "protos: [{}]\nelement_paths: [{}]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: nested.Svc/Call\n    any:\n      - {{element: fieldset, name: mu, params: {{field: who.name}}}}\n      - who_size\n      - {{element: fieldset, name: mu_body, params: {{field: body}}}}\n",
         root.join("tests/protos/planner_nested.proto").display(),
         root.join("tests/elements").display(),
     );
     let cfg = weft_ir::config::Config::parse("weft.yaml", root, &text).unwrap();
     let edge = weft_ir::load::load_edge(&cfg, "a->b").unwrap();
     let mut c = Checker::new(&edge).unwrap();
-    // who_size measures `who`, which contains `who.name`, which mu prefixes.
+    // who_size measures `who`, which contains `who.name`, which mu sets. (`fieldset`, not
+    // `mutation`: a join may fail, and a writer that may stop keeps its order with who_size
+    // whatever it writes.)
     let v = check(
         &mut c,
         &["who_size", "mu", "mu_body"],
@@ -242,22 +244,24 @@ fn a_loop_may_fail_so_an_element_after_it_may_not_see_the_request() {
     assert!(v.reason.contains("`tagpairs`"), "{}", v.reason);
 }
 
-/// `mutation` writing `field` and `firewall` reading `read` of ir/tests/protos/oneof.proto,
-/// checked in the order firewall, mutation.
+/// `fieldset` writing `field` and `firewall` reading `read` of ir/tests/protos/oneof.proto,
+/// checked in the order firewall, fieldset. (`fieldset` cannot fail; `mutation`'s join can,
+/// and two elements that may stop keep their order whatever they touch.)
 fn firewall_first_on_oneof(field: &str, read: &str) -> Verdict {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = format!(
-        "protos: [{}]\nelement_paths: [{}]\nedges:\n  e:\n    from: frontend\n    to: backend\n    method: oneof.S/Call\n    consistency: weak\n    any:\n      - mutation: {{field: {field}, prefix: 'x-'}}\n      - firewall: {{field: {read}, deny: [bad]}}\n",
+        "protos: [{}]\nelement_paths: [{}, {}]\nedges:\n  e:\n    from: frontend\n    to: backend\n    method: oneof.S/Call\n    consistency: weak\n    any:\n      - fieldset: {{field: {field}}}\n      - firewall: {{field: {read}, deny: [bad]}}\n",
         root.join("tests/protos/oneof.proto").display(),
         root.join("../elements").display(),
+        root.join("tests/elements").display(),
     );
     let cfg = weft_ir::config::Config::parse("weft.yaml", root, &text).unwrap();
     let edge = weft_ir::load::load_edge(&cfg, "e").unwrap();
     let mut c = Checker::new(&edge).unwrap();
-    check(&mut c, &["firewall", "mutation"], &[], Observation::Weak)
+    check(&mut c, &["firewall", "fieldset"], &[], Observation::Weak)
 }
 
-/// Writing a member of a oneof clears the others, so it writes them too: with `mutation`
+/// Writing a member of a oneof clears the others, so it writes them too: with `fieldset`
 /// setting `a` first, `firewall` sees `b` empty and lets `{b: bad}` through; moved ahead, it
 /// refuses it. The checker called that order equivalent, and the planner picked it (a
 /// review found it). The same holds one message down, for a oneof inside `inner`, and a

@@ -4,6 +4,11 @@
 //! RPC streams, the simulator — the oracle — cannot tell the layout from the configured
 //! chain. Strong: results, state, errors and channel records; weak: all but channel records.
 //!
+//! Every third case runs over a schema with oneofs (planner_oneof.proto), where writing one
+//! member of a oneof clears the others. The element pool adds writes decided inside
+//! read-modify-write lambdas, and shared state that `init` writes while the control plane
+//! changes it ([`MORE_KINDS`]).
+//!
 //! `WEFT_SOUNDNESS_CASES` sets the number of cases (default 10 000; `make fuzz` runs
 //! 100 000), `WEFT_SOUNDNESS_SEED` the first seed. A failure prints the seed, the chain, the
 //! layout and the first difference.
@@ -61,8 +66,17 @@ fn run_case(seed: u64, stats: &mut Stats) {
     } else {
         Observation::Weak
     };
-    let chain = gen_chain(&mut rng, n, KINDS, consistency);
-    let edge = match load(&chain.yaml) {
+    let schema = if seed.is_multiple_of(3) {
+        Schema::Oneof
+    } else {
+        Schema::Echo
+    };
+    let mut kinds: Vec<&'static str> = KINDS.iter().chain(MORE_KINDS).copied().collect();
+    if schema == Schema::Oneof {
+        kinds.extend(ONEOF_KINDS);
+    }
+    let chain = gen_chain_in(&mut rng, n, &kinds, consistency, false, schema);
+    let edge = match load_in(&chain.yaml, schema) {
         Ok(e) => e,
         Err(e) => panic!(
             "seed {seed}: generated chain does not load: {e}\n{}",
@@ -86,7 +100,7 @@ fn run_case(seed: u64, stats: &mut Stats) {
         proposal = mutate(&mut rng, &proposal, &flex);
     }
     let rpcs = 10 + rng.below(30);
-    let trace = gen_trace(&mut rng, rpcs, &edge);
+    let trace = gen_trace_in(&mut rng, rpcs, &edge, schema);
     let opts = SimOptions { seed };
     let shapes = shapes(&edge);
     let channels = obs == Observation::Strong;
@@ -126,7 +140,7 @@ fn run_case(seed: u64, stats: &mut Stats) {
                 .map(|&k| format!("{}({:?})", names[k], layout.sides[k]))
                 .collect();
             panic!(
-                "seed {seed}: the checker accepted a layout the simulator tells apart\nchain:\n{}\nlayout: {}\nverdict: {}\n{}",
+                "seed {seed}: the checker accepted a layout the simulator tells apart\nschema: {schema:?}\nchain:\n{}\nlayout: {}\nverdict: {}\n{}",
                 chain.yaml,
                 order.join(", "),
                 checker.check(&layout, obs).reason,

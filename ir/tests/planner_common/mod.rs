@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use weft_ir::config::{Config, Side};
 use weft_ir::layout::Layout;
@@ -39,6 +39,42 @@ impl Rng {
 
 const USERS: &[&str] = &["alice", "bob", "mallory", "eve"];
 const FIELDS: &[&str] = &["user", "body"];
+
+/// The schema a generated edge runs over: method `echo.Echo/Say` of examples/echo/echo.proto,
+/// or of ir/tests/protos/planner_oneof.proto, the same messages with oneofs (`body`, `alt`
+/// and the message `who` share one, and so do `who.name` and `who.team`; in the response,
+/// `served_by` and `note`), so elements on different fields of one oneof interact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schema {
+    Echo,
+    Oneof,
+}
+
+impl Schema {
+    fn proto(self) -> PathBuf {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        match self {
+            Schema::Echo => root.join("../examples/echo/echo.proto"),
+            Schema::Oneof => root.join("tests/protos/planner_oneof.proto"),
+        }
+    }
+
+    /// String fields of the request that elements read and write.
+    pub fn fields(self) -> &'static [&'static str] {
+        match self {
+            Schema::Echo => FIELDS,
+            Schema::Oneof => &["user", "body", "alt", "who.name", "who.team"],
+        }
+    }
+
+    /// String fields of the response.
+    pub fn resp_fields(self) -> &'static [&'static str] {
+        match self {
+            Schema::Echo => &["body", "served_by"],
+            Schema::Oneof => &["body", "served_by", "note"],
+        }
+    }
+}
 
 /// One element of a generated chain: its YAML entry (without the list) and control lines.
 pub struct Gen {
@@ -79,13 +115,53 @@ pub const KINDS: &[&str] = &[
     "rmwroute_echo",
 ];
 
+/// More test elements for the soundness test (not the optimality test, whose chains and
+/// timings stay as they were):
+/// - writes decided inside read-modify-write lambdas: a route from the count the lambda
+///   updates, a field write behind an early `return`, a weak map whose unchanged entries are
+///   not written, a response handler's, nested lambdas with a computed header name and
+///   metadata;
+/// - field writers: of the response, and of the request one that cannot fail (`mutation`'s
+///   join can, which ties its order to every element that stops or counts requests); with
+///   the oneof schema a writer of one member clears the others;
+/// - shared state that `init` writes or copies while the control plane (trace control
+///   lines, config `state:`) changes it;
+/// - counts that skip requests a header marks, through an early `return` or the right side
+///   of an `or`, and the element that marks them;
+/// - a header named by a parameter with capitals (`DST` routes), and a response handler
+///   that writes a header named at run time and then may turn the response into an error.
+pub const MORE_KINDS: &[&str] = &[
+    "rmwsticky",
+    "rmwmark",
+    "rmwweak",
+    "rmwresp",
+    "rmwnest",
+    "respfield",
+    "fieldset",
+    "gate_strong",
+    "snap_level",
+    "viptag",
+    "vipcount",
+    "viporcount",
+    "headerset",
+    "resperr",
+];
+
+/// Elements that need the oneof schema: `who_size` reads the size of the message `who`.
+pub const ONEOF_KINDS: &[&str] = &["who_size"];
+
 pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
+    gen_element_in(rng, kind, Schema::Echo)
+}
+
+pub fn gen_element_in(rng: &mut Rng, kind: &'static str, schema: Schema) -> Gen {
+    let fields = schema.fields();
     let replicas = "[echo-0, echo-1, echo-2]";
     let (params, state) = match kind {
         "mutation" => (
             format!(
                 "{{field: {}, prefix: {}}}",
-                rng.pick(FIELDS),
+                rng.pick(fields),
                 rng.pick(&["x-", "y-"])
             ),
             String::new(),
@@ -95,7 +171,7 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
             (
                 format!(
                     "{{field: {}, deny: [{}]}}",
-                    rng.pick(FIELDS),
+                    rng.pick(fields),
                     deny.join(", ")
                 ),
                 String::new(),
@@ -121,7 +197,7 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
             ),
             String::new(),
         ),
-        "cache" => (format!("{{field: {}}}", rng.pick(FIELDS)), String::new()),
+        "cache" => (format!("{{field: {}}}", rng.pick(fields)), String::new()),
         "circuitbreaker" => (
             format!("{{max_pending: {}}}", rng.pick(&["1", "2", "3"])),
             String::new(),
@@ -138,7 +214,7 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
         "loadbalance" => {
             let p = *rng.pick(&["round_robin", "random", "sticky"]);
             let params = if p == "sticky" {
-                format!("{{policy: sticky, key_field: {}}}", rng.pick(FIELDS))
+                format!("{{policy: sticky, key_field: {}}}", rng.pick(fields))
             } else {
                 format!("{{policy: {p}}}")
             };
@@ -149,7 +225,7 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
             format!("{{replicas: {replicas}}}"),
         ),
         "servicerouter_client" => (
-            format!("{{key_field: {}, num_shards: 2}}", rng.pick(FIELDS)),
+            format!("{{key_field: {}, num_shards: 2}}", rng.pick(fields)),
             "{shards: {0: [echo-0, echo-1], 1: [echo-2]}}".into(),
         ),
         "ratelimit_replica" => (
@@ -161,6 +237,49 @@ pub fn gen_element(rng: &mut Rng, kind: &'static str) -> Gen {
             String::new(),
         ),
         "respguard" => (format!("{{who: {}}}", rng.pick(USERS)), String::new()),
+        "rmwmark" => (
+            format!(
+                "{{field: {}, limit: {}}}",
+                rng.pick(fields),
+                rng.pick(&["1", "2"])
+            ),
+            String::new(),
+        ),
+        "rmwweak" => (format!("{{field: {}}}", rng.pick(fields)), String::new()),
+        "fieldset" => (
+            format!(
+                "{{field: {}, value: {}}}",
+                rng.pick(fields),
+                rng.pick(USERS)
+            ),
+            String::new(),
+        ),
+        "rmwresp" => (
+            format!("{{field: {}}}", rng.pick(schema.resp_fields())),
+            String::new(),
+        ),
+        "respfield" => (
+            format!(
+                "{{source: {}, target: {}}}",
+                rng.pick(schema.resp_fields()),
+                rng.pick(schema.resp_fields())
+            ),
+            String::new(),
+        ),
+        "who_size" => (
+            format!("{{limit: {}}}", rng.pick(&["3", "6", "12"])),
+            String::new(),
+        ),
+        "headerset" => {
+            let (name, value) = *rng.pick(&[
+                ("X-Tier", "gold"),
+                ("X-Vip", "yes"),
+                ("X-User", "mallory"),
+                ("DST", "echo-1"),
+            ]);
+            (format!("{{name: {name}, value: {value}}}"), String::new())
+        }
+        "gate_strong" if rng.chance(0.3) => (String::new(), "{open: false}".into()),
         _ => (String::new(), String::new()),
     };
     Gen {
@@ -205,11 +324,23 @@ pub fn gen_chain_with(
     consistency: &str,
     constrain: bool,
 ) -> Chain {
+    gen_chain_in(rng, n, kinds, consistency, constrain, Schema::Echo)
+}
+
+/// As [`gen_chain_with`], over `schema`'s fields.
+pub fn gen_chain_in(
+    rng: &mut Rng,
+    n: usize,
+    kinds: &[&'static str],
+    consistency: &str,
+    constrain: bool,
+    schema: Schema,
+) -> Chain {
     let mut lists: [Vec<String>; 3] = Default::default();
     let mut pair = None;
     let mut count = 0;
     if n >= 2 && rng.chance(0.15) {
-        let f = rng.pick(FIELDS);
+        let f = rng.pick(schema.fields());
         pair = Some(format!(
             "[{{element: encrypt, name: enc, params: {{field: {f}, key: k1}}}}, {{element: decrypt, name: dec, params: {{field: {f}, key: k1}}}}]"
         ));
@@ -218,7 +349,7 @@ pub fn gen_chain_with(
     let mut i = 0;
     while count < n {
         let kind = *rng.pick(kinds);
-        let g = gen_element(rng, kind);
+        let g = gen_element_in(rng, kind, schema);
         let name = format!("{kind}_{i}");
         i += 1;
         let list = match rng.below(10) {
@@ -266,10 +397,14 @@ pub fn gen_chain_with(
 }
 
 pub fn load(chain: &str) -> Result<LoadedEdge, LoadError> {
+    load_in(chain, Schema::Echo)
+}
+
+pub fn load_in(chain: &str, schema: Schema) -> Result<LoadedEdge, LoadError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = format!(
         "protos: [{}]\nelement_paths: [{}]\nsim:\n  weak_sync_interval: 0.5\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n{chain}",
-        root.join("../examples/echo/echo.proto").display(),
+        schema.proto().display(),
         root.join("tests/elements").display(),
     );
     let cfg = Config::parse("weft.yaml", root, &text)?;
@@ -279,6 +414,18 @@ pub fn load(chain: &str) -> Result<LoadedEdge, LoadError> {
 /// A random RPC stream: several callers, overlapping RPCs, server errors, response headers
 /// the routing elements read.
 pub fn gen_trace(rng: &mut Rng, rpcs: usize, edge: &LoadedEdge) -> Vec<TraceLine> {
+    gen_trace_in(rng, rpcs, edge, Schema::Echo)
+}
+
+/// As [`gen_trace`]; with the oneof schema, each request sets one member of its oneof
+/// (`body`, `alt`, or `who` with `name` or `team`) and each response one of `served_by`
+/// and `note`.
+pub fn gen_trace_in(
+    rng: &mut Rng,
+    rpcs: usize,
+    edge: &LoadedEdge,
+    schema: Schema,
+) -> Vec<TraceLine> {
     let mut lines = Vec::new();
     for el in &edge.elements {
         if el.use_.element == "loadbalance" && rng.chance(0.5) {
@@ -286,6 +433,22 @@ pub fn gen_trace(rng: &mut Rng, rpcs: usize, edge: &LoadedEdge) -> Vec<TraceLine
                 r#"{{"t": 0, "control": {{"element": "{}", "var": "replicas", "value": ["echo-0", "echo-1"]}}}}"#,
                 el.use_.name
             ));
+        }
+        // Shared state the control plane changes while instances start.
+        let control = match el.use_.element.as_str() {
+            "gate_strong" => Some(("open", ["false", "true"])),
+            "snap_level" => Some(("level", ["1", "0"])),
+            _ => None,
+        };
+        if let Some((var, values)) = control {
+            for k in 0..1 + rng.below(2) {
+                let value = values[k % 2];
+                lines.push(format!(
+                    r#"{{"t": {}, "control": {{"element": "{}", "var": "{var}", "value": {value}}}}}"#,
+                    rng.float() * 0.4 * rpcs as f64 / 2.0,
+                    el.use_.name
+                ));
+            }
         }
     }
     let mut t = 0.0;
@@ -316,8 +479,30 @@ pub fn gen_trace(rng: &mut Rng, rpcs: usize, edge: &LoadedEdge) -> Vec<TraceLine
         } else {
             ""
         };
+        let (content, origin) = match schema {
+            Schema::Echo => (format!(r#""body": "{body}""#), r#""served_by": "s""#),
+            Schema::Oneof => {
+                // Member values come from the users too, so a firewall on any member denies.
+                let value = if rng.chance(0.5) {
+                    body
+                } else {
+                    rng.pick(USERS)
+                };
+                let content = match rng.below(4) {
+                    0 | 1 => format!(r#""body": "{value}""#),
+                    2 => format!(r#""alt": "{value}""#),
+                    _ => format!(r#""who": {{"{}": "{value}"}}"#, rng.pick(&["name", "team"])),
+                };
+                let origin = if rng.chance(0.5) {
+                    r#""served_by": "s""#
+                } else {
+                    r#""note": "n""#
+                };
+                (content, origin)
+            }
+        };
         lines.push(format!(
-            r#"{{"id": {}, "t": {t}, "src": "{src}", "req": {{"user": "{user}", "body": "{body}"}}, "resp": {{"body": "r{i}", "served_by": "s"}}, "resp_headers": {{{}}}, "status": "{status}"{t_resp}{req_headers}}}"#,
+            r#"{{"id": {}, "t": {t}, "src": "{src}", "req": {{"user": "{user}", {content}}}, "resp": {{"body": "r{i}", {origin}}}, "resp_headers": {{{}}}, "status": "{status}"{t_resp}{req_headers}}}"#,
             i + 1,
             hdrs.join(", ")
         ));
