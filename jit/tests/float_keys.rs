@@ -57,15 +57,7 @@ fn zeros_of_either_sign_and_every_nan_are_one_key_in_both_executors() {
     let mut both = BothExecutors::new(e, "keys");
     let mut hashes = Vec::new();
     for &(x, found, keys) in STEPS {
-        let request = || {
-            let mut m = Message::request(vec![]);
-            m.headers.insert("x-x".into(), x.into());
-            m
-        };
-        for (executor, out) in both.request(request) {
-            let Verdict::Forward(m) = out.verdict else {
-                panic!("{executor}, {x}: {:?}", out.verdict)
-            };
+        for (executor, m) in forward_x(&mut both, x) {
             let h = |k: &str| m.headers.get(k).map(String::as_str);
             assert_eq!(h("x-found"), found, "{executor}, {x}");
             assert_eq!(h("x-keys"), Some(keys), "{executor}, {x}");
@@ -142,19 +134,27 @@ fn a_local_map_has_one_zero_key_in_both_executors() {
         ("-0.0", "2.5=2 "),
         ("2.5", "0.0=1 2.5=7 "),
     ] {
-        let request = || {
-            let mut m = Message::request(vec![]);
-            m.headers.insert("x-x".into(), x.into());
-            m
-        };
-        for (executor, out) in both.request(request) {
-            let Verdict::Forward(m) = out.verdict else {
-                panic!("{executor}, {x}: {:?}", out.verdict)
-            };
+        for (executor, m) in forward_x(&mut both, x) {
             let h = |k: &str| m.headers.get(k).map(String::as_str);
             let found = if x == "2.5" { "2" } else { "1" };
             assert_eq!(h("x-found"), Some(found), "{executor}, {x}");
             assert_eq!(h("x-keys"), Some(keys), "{executor}, {x}");
         }
     }
+}
+
+/// A request whose header `x-x` is `x`, through both executors: the message each forwards.
+fn forward_x(both: &mut BothExecutors, x: &str) -> Vec<(&'static str, Message)> {
+    let request = || {
+        let mut m = Message::request(vec![]);
+        m.headers.insert("x-x".into(), x.into());
+        m
+    };
+    both.request(request)
+        .into_iter()
+        .map(|(executor, out)| match out.verdict {
+            Verdict::Forward(m) => (executor, m),
+            other => panic!("{executor}, {x}: {other:?}"),
+        })
+        .collect()
 }
