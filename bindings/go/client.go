@@ -247,9 +247,12 @@ func (r *Runtime) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		md, _ := metadata.FromOutgoingContext(ctx)
+		// The caller's grpc.OnFinish options are Weft's to call (endCallOptions), with the
+		// status the caller gets: grpc-go's is a cancellation when the chain ends the stream.
+		opts, onFinish := takeOnFinish(opts)
 		w := &clientStream{
 			r: r, name: method, m: r.method(method), md: md, codec: hasWeftCodec(opts), cancel: cancel,
-			ctx: ctx, desc: desc, cc: cc, streamer: streamer, opts: opts,
+			ctx: ctx, desc: desc, cc: cc, streamer: streamer, opts: opts, onFinish: onFinish,
 		}
 		if !desc.ClientStreams {
 			w.firstSent = make(chan struct{})
@@ -278,7 +281,8 @@ type clientStream struct {
 	desc     *grpc.StreamDesc
 	cc       *grpc.ClientConn
 	streamer grpc.Streamer
-	opts     []grpc.CallOption
+	opts     []grpc.CallOption // without the caller's grpc.OnFinish options: onFinish
+	onFinish []grpc.OnFinishCallOption
 
 	// openMu is held while the stream opens, so a caller that needs the stream waits for
 	// an open under way. The fields below are guarded by csMu, which is never held across
@@ -411,12 +415,12 @@ func (c *clientStream) finish(err error, trailer metadata.MD) {
 	c.endCallOptions(err)
 }
 
-// endCallOptions gives the caller's call options the end of a stream grpc-go never saw, as
-// grpc-go does for the streams it opens: grpc.OnFinish gets the status the caller got (nil
-// for OK), a grpc.Header option the headers of the chain's first local reply, if it set
-// any (as on a unary call). A stream not open when it ends never opens (its context is
-// cancelled), so it is one of those; its later calls return its end, or for one the chain
-// answered, the local replies as before.
+// endCallOptions gives the caller's call options the stream's end, once: grpc.OnFinish gets
+// the status the caller got (nil for OK), on every stream, and on a stream grpc-go never
+// saw a grpc.Header option gets the headers of the chain's first local reply, if it set
+// any (as on a unary call); grpc-go fills those of the streams it opened. A stream not open
+// when it ends never opens (its context is cancelled), so it is one of those; its later
+// calls return its end, or for one the chain answered, the local replies as before.
 func (c *clientStream) endCallOptions(err error) {
 	c.mu.Lock()
 	answered, header := c.answered, c.localHeader
@@ -428,20 +432,21 @@ func (c *clientStream) endCallOptions(err error) {
 		c.keepUnopened(err)
 	}
 	c.csMu.Lock()
-	ending := c.unopened && !c.optionsEnded
+	first, unopened := !c.optionsEnded, c.unopened
 	c.optionsEnded = true
 	c.csMu.Unlock()
-	if !ending {
+	if !first {
+		return
+	}
+	for _, o := range c.onFinish {
+		o.OnFinish(err)
+	}
+	if !unopened || header == nil {
 		return
 	}
 	for _, o := range c.opts {
-		switch o := o.(type) {
-		case grpc.OnFinishCallOption:
-			o.OnFinish(err)
-		case grpc.HeaderCallOption:
-			if header != nil {
-				*o.HeaderAddr = header.Copy()
-			}
+		if h, ok := o.(grpc.HeaderCallOption); ok {
+			*h.HeaderAddr = header.Copy()
 		}
 	}
 }

@@ -429,3 +429,75 @@ func TestClientStreamRecvIntoANonMessageEndsTheStream(t *testing.T) {
 		})
 	}
 }
+
+// A stream that did reach grpc-go ends for the caller's grpc.OnFinish options with the
+// status the caller got too, once: when the chain fails the stream, grpc-go's own end is a
+// cancellation, which is not what the caller saw.
+func TestOpenedClientStreamCallsOnFinishWithTheCallersStatus(t *testing.T) {
+	yaml := edge("echo.Echo/SayStream", `    client:
+      - firewall: {field: user, deny: [mallory]}
+`)
+	crt := open(t, yaml, "frontend")
+	_, addr := serve(t, "echo-0")
+	conn := dialConn(t, addr, crt.DialOptions()...)
+
+	cases := []struct {
+		name string
+		run  func(cs grpc.ClientStream) error // the caller's last error
+		want codes.Code
+	}{
+		{"read to its end", func(cs grpc.ClientStream) error {
+			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+				return err
+			}
+			_ = cs.CloseSend()
+			for {
+				if err := cs.RecvMsg(&echopb.SayReply{}); err == io.EOF {
+					return nil
+				} else if err != nil {
+					return err
+				}
+			}
+		}, codes.OK},
+		{"failed by the chain after it opened", func(cs grpc.ClientStream) error {
+			if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+				return err
+			}
+			if err := cs.RecvMsg(&echopb.SayReply{}); err != nil {
+				return err
+			}
+			return cs.SendMsg(&echopb.SayRequest{User: "mallory", Body: "let me in"})
+		}, codes.PermissionDenied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			finished := make(chan error, 2)
+			c, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			desc := rvBidi
+			desc.StreamName = "SayStream"
+			cs, err := conn.NewStream(c, &desc, "/echo.Echo/SayStream",
+				grpc.OnFinish(func(err error) { finished <- err }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.run(cs); status.Code(err) != tc.want {
+				t.Fatalf("the caller got %v, want %v", err, tc.want)
+			}
+			select {
+			case err := <-finished:
+				if status.Code(err) != tc.want || (err == nil) != (tc.want == codes.OK) {
+					t.Fatalf("OnFinish got %v, the caller %v", err, tc.want)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("OnFinish was not called")
+			}
+			_ = cs.RecvMsg(&echopb.SayReply{})
+			time.Sleep(50 * time.Millisecond)
+			if len(finished) != 0 {
+				t.Fatalf("OnFinish called again with %v", <-finished)
+			}
+		})
+	}
+	waitForNoWaitingRPCs(t, crt, "client")
+}
