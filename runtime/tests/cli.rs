@@ -644,8 +644,17 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
     let out = weft(&["check", "--config", good.to_str().unwrap(), "--edge", "e"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("edge `e`: 1 element(s) checked and started"));
-    let out = weft(&["check", "--config", "examples/go-echo/weft.yaml"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // Every config the repository ships.
+    for shipped in [
+        "examples/echo/weft.yaml",
+        "examples/go-echo/weft.yaml",
+        "examples/planner/weft.yaml",
+        "bench/loops/weft.yaml",
+    ] {
+        let out = weft(&["check", "--config", shipped]);
+        assert!(out.status.success(), "{shipped}: {}", stderr(&out));
+        assert!(stderr(&out).contains("checked, no errors"), "{shipped}");
+    }
 
     // An element source error is shown with its caret, and the edge counts as failed.
     std::fs::write(
