@@ -1309,3 +1309,34 @@ fn require_checks_parameters_in_init_and_nowhere_else() {
     let bad_types = "state:\n    pass\n\ninit():\n    require(1, 2)\n\nreq(rpc):\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n";
     assert_eq!(check_catalog(bad_types).errors().len(), 2);
 }
+
+#[test]
+fn an_expression_of_constants_that_always_fails_is_warned_about_where_it_runs() {
+    // Left in place (it fails when it runs), with the run-time error as the warning.
+    let c = check_catalog(&req_only(
+        "",
+        "x = 1 / 0\ny = int(1e300) + 1\nsend(rpc, Down)",
+    ));
+    assert!(c.errors().is_empty(), "{}", c.rendered());
+    assert_eq!(
+        c.warnings()
+            .iter()
+            .filter(|w| w.starts_with("this always fails when it runs: "))
+            .count(),
+        2,
+        "{}",
+        c.rendered()
+    );
+    assert!(c.warnings().iter().any(|w| w.contains("division by zero")));
+    assert!(c.warnings().iter().any(|w| w.contains("int(1e300)")));
+    // Not in an arm a parameter never takes: that code never runs.
+    let dead = "state:\n    pass\n\ninit(p: string = 'a'):\n    pass\n\nreq(rpc):\n    match p:\n        'b' =>\n            x = 1 / 0\n        _ =>\n            pass\n    send(rpc, Down)\n\nresp(rpc):\n    send(rpc, Up)\n";
+    let c = check_catalog(dead);
+    assert!(
+        !c.warnings()
+            .iter()
+            .any(|w| w.starts_with("this always fails")),
+        "{}",
+        c.rendered()
+    );
+}

@@ -10,8 +10,24 @@ use crate::types::Type;
 
 impl Checker<'_> {
     pub(super) fn expr(&mut self, e: &ast::Expr, expected: Option<&Type>) -> Expr {
-        let out = self.expr_inner(e, expected);
-        fold(out)
+        let (out, failure) = fold_checked(self.expr_inner(e, expected));
+        // A warning, not an error: it may stand in code that never runs (an arm a parameter
+        // never takes is still checked), and until it runs it harms nothing.
+        if let Some(failure) = failure
+            && self.dead == 0
+        {
+            let consequence = if self.handler() == Handler::Init {
+                "the instance does not start"
+            } else {
+                "the RPC that reaches it is rejected with INTERNAL"
+            };
+            self.warn(
+                out.span,
+                format!("this always fails when it runs: {failure}"),
+            )
+            .hint = Some(consequence.into());
+        }
+        out
     }
 
     pub(super) fn lit(&mut self, lit: &Lit, expected: Option<&Type>, span: Span) -> Expr {

@@ -14,7 +14,7 @@ use weft_hostcalls::Value;
 
 use crate::ast::{self, BinOp};
 use crate::diag::{Diagnostic, Span};
-use crate::eval;
+use crate::eval::{self, RuntimeError};
 use crate::ir::*;
 use crate::schema::{FieldPath, MethodSchema};
 use crate::types::Type;
@@ -368,20 +368,26 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
 
 /// Folds an expression whose operands are constants.
 fn fold(e: Expr) -> Expr {
+    fold_checked(e).0
+}
+
+/// [`fold`], and the run-time error an expression of constants always raises (`1 / 0`,
+/// `int(1e300)`), which folding leaves in place to fail when it runs.
+fn fold_checked(e: Expr) -> (Expr, Option<RuntimeError>) {
     // A `Dyn` constant stands in for an expression that failed to check; folding over it
     // (`lang_eq` compares anything) would make `bad == 'x'` a constant `false` and hide the
     // errors in the branches it guards.
     let is_const = |x: &Expr| matches!(x.kind, ExprKind::Const(_)) && x.ty != Type::Dyn;
     let span = e.span;
     let ty = e.ty.clone();
-    let value = match &e.kind {
+    let value: Option<Result<Value, RuntimeError>> = match &e.kind {
         ExprKind::Unary { op, operand } if is_const(operand) => match &operand.kind {
-            ExprKind::Const(v) => eval::unary(*op, v).ok(),
+            ExprKind::Const(v) => Some(eval::unary(*op, v)),
             _ => None,
         },
         ExprKind::Binary { op, lhs, rhs } if is_const(lhs) && is_const(rhs) => {
             match (&lhs.kind, &rhs.kind) {
-                (ExprKind::Const(a), ExprKind::Const(b)) => eval::binary(*op, a, b).ok(),
+                (ExprKind::Const(a), ExprKind::Const(b)) => Some(eval::binary(*op, a, b)),
                 _ => None,
             }
         }
@@ -390,20 +396,22 @@ fn fold(e: Expr) -> Expr {
             op: BinOp::And,
             lhs,
             ..
-        } if matches!(lhs.kind, ExprKind::Const(Value::Bool(false))) => Some(Value::Bool(false)),
+        } if matches!(lhs.kind, ExprKind::Const(Value::Bool(false))) => {
+            Some(Ok(Value::Bool(false)))
+        }
         ExprKind::Binary {
             op: BinOp::Or, lhs, ..
-        } if matches!(lhs.kind, ExprKind::Const(Value::Bool(true))) => Some(Value::Bool(true)),
+        } if matches!(lhs.kind, ExprKind::Const(Value::Bool(true))) => Some(Ok(Value::Bool(true))),
         ExprKind::Convert { operand } => match &operand.kind {
-            ExprKind::Const(v) => eval::convert(v, &ty).ok(),
+            ExprKind::Const(v) => Some(eval::convert(v, &ty)),
             _ => None,
         },
         ExprKind::MakePair(a, b) => match (&a.kind, &b.kind) {
-            (ExprKind::Const(a), ExprKind::Const(b)) => Some(Value::pair(a.clone(), b.clone())),
+            (ExprKind::Const(a), ExprKind::Const(b)) => Some(Ok(Value::pair(a.clone(), b.clone()))),
             _ => None,
         },
         ExprKind::MakeSome(a) => match &a.kind {
-            ExprKind::Const(a) => Some(Value::some(a.clone())),
+            ExprKind::Const(a) => Some(Ok(Value::some(a.clone()))),
             _ => None,
         },
         ExprKind::Call { builtin, args } if builtin.is_pure() && args.iter().all(is_const) => {
@@ -414,17 +422,23 @@ fn fold(e: Expr) -> Expr {
                     _ => None,
                 })
                 .collect();
-            eval::call_pure(*builtin, &vals).and_then(Result::ok)
+            eval::call_pure(*builtin, &vals)
         }
         _ => None,
     };
     match value {
-        Some(v) if ty != Type::Dyn => Expr {
-            kind: ExprKind::Const(v),
-            ty,
-            span,
-        },
-        _ => e,
+        Some(Ok(v)) if ty != Type::Dyn => (
+            Expr {
+                kind: ExprKind::Const(v),
+                ty,
+                span,
+            },
+            None,
+        ),
+        // An internal type error is the checker's to report, not a constant's failure.
+        Some(Err(RuntimeError::Type(_))) => (e, None),
+        Some(Err(failure)) if ty != Type::Dyn => (e, Some(failure)),
+        _ => (e, None),
     }
 }
 
