@@ -578,7 +578,13 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         let out = rt
             .engine
             .run_request_from(prepared, metadata.visible, input.message)?;
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded)?;
+        let rc = write_verdict(
+            rt,
+            call,
+            &out.verdict,
+            (&metadata.passthrough, &metadata.seen),
+            undecoded,
+        )?;
         // Handed out only once the call succeeds: after an error (or a panic, which drops
         // it) the caller has no handle to answer, so the RPC ends here as cancelled.
         if let Some(rpc) = out.rpc {
@@ -633,7 +639,13 @@ pub unsafe extern "C" fn weft_response(
                 rt.engine.process_response(rpc, response)?
             }
         };
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
+        let rc = write_verdict(
+            rt,
+            call,
+            &out.verdict,
+            (&metadata.passthrough, &metadata.seen),
+            undecoded,
+        );
         engine::recycle(out.verdict);
         rc
     })
@@ -704,7 +716,13 @@ pub unsafe extern "C" fn weft_server_exchange(
                 rt.engine.exchange(prepared, age, response)?
             }
         };
-        let rc = write_verdict(rt, call, &out.verdict, &metadata.passthrough, undecoded);
+        let rc = write_verdict(
+            rt,
+            call,
+            &out.verdict,
+            (&metadata.passthrough, &metadata.seen),
+            undecoded,
+        );
         engine::recycle(out.verdict);
         rc
     })
@@ -1087,7 +1105,7 @@ fn write_verdict(
     rt: &WeftRuntime,
     call: &mut WeftCall,
     verdict: &Verdict,
-    passthrough: &[metadata::Raw<'_>],
+    (passthrough, seen): (&[metadata::Raw<'_>], &[(String, String)]),
     undecoded: Option<&[u8]>,
 ) -> Result<i32, FfiError> {
     if let Verdict::Forward(f) = verdict
@@ -1159,6 +1177,12 @@ fn write_verdict(
         }
         _ => passthrough,
     };
+    // What the chain wrote supersedes the values elements never saw of those keys.
+    let passthrough = match metadata {
+        Some(m) => metadata::standing(m, passthrough, seen),
+        None => std::borrow::Cow::Borrowed(passthrough),
+    };
+    let passthrough = passthrough.as_ref();
     let metadata_len = metadata.map(|m| metadata::encoded_len(m, passthrough));
     let route = route.map(str::as_bytes);
     let fit = fits(&call.out_message, message)
@@ -1285,7 +1309,7 @@ edges:
             message_changed: false,
             metadata_changed: true,
         });
-        let rc = write_verdict(runtime, &mut call, &forward, &[], undecoded).unwrap();
+        let rc = write_verdict(runtime, &mut call, &forward, (&[], &[]), undecoded).unwrap();
         assert_eq!(rc, WEFT_OK);
         assert_eq!(call.metadata_changed, 1);
         let mut back = entries(&meta[..call.out_metadata.len]);
@@ -1299,7 +1323,14 @@ edges:
             ]
         );
 
-        let rc = write_verdict(runtime, &mut call, &Verdict::Reply(reply), &[], undecoded).unwrap();
+        let rc = write_verdict(
+            runtime,
+            &mut call,
+            &Verdict::Reply(reply),
+            (&[], &[]),
+            undecoded,
+        )
+        .unwrap();
         assert_eq!(rc, WEFT_OK);
         assert_eq!(call.metadata_changed, 1);
         assert_eq!(

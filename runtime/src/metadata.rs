@@ -1,10 +1,12 @@
 //! The C ABI's metadata encoding: repeated `{u32 LE key_len, key, u32 LE value_len, value}`.
 //!
 //! Elements see metadata as text. A `-bin` value (binary, whatever its bytes), any other
-//! value that is not UTF-8, and any repeated value of a key are kept aside, unseen by elements, and written back unchanged
-//! whenever the chain hands the caller new metadata, so they are never lost. So is every key
-//! the segment's elements can neither read nor write ([`Keys::Only`]): decoding a header
-//! into an owned map costs allocations on every call, and most chains read none.
+//! value that is not UTF-8, and any repeated value of a key are kept aside, unseen by
+//! elements, and written back unchanged whenever the chain hands the caller new metadata,
+//! so they are never lost — unless the chain wrote their key ([`standing`]): then they are
+//! superseded. So is every key the segment's elements can neither read nor write
+//! ([`Keys::Only`]): decoding a header into an owned map costs allocations on every call,
+//! and most chains read none.
 
 use std::borrow::Cow;
 
@@ -36,6 +38,10 @@ impl Keys<'_> {
 pub struct Decoded<'a> {
     pub visible: Metadata,
     pub passthrough: SmallVec<[Raw<'a>; 2]>,
+    /// For each key with repeated values: the value elements see. An element that changed
+    /// or removed it changed the key, whose other values then go ([`standing`]). Rare: no
+    /// allocation without repeats.
+    pub seen: Vec<(String, String)>,
 }
 
 /// One entry as it stands in the buffer, its key validated and lower-cased.
@@ -117,10 +123,50 @@ pub fn decode<'a>(bytes: &'a [u8], keys: Keys<'_>) -> Result<Decoded<'a>, String
             {
                 out.visible.insert(key.into_owned(), v.to_owned());
             }
+            Ok(_) if out.visible.contains_key(key.as_ref()) => {
+                if !out.seen.iter().any(|(k, _)| k == key.as_ref()) {
+                    let first = out.visible[key.as_ref()].clone();
+                    out.seen.push((key.to_string(), first));
+                }
+                out.passthrough.push((key, Cow::Borrowed(value)));
+            }
             _ => out.passthrough.push((key, Cow::Borrowed(value))),
         }
     }
     Ok(out)
+}
+
+/// Whether the chain's metadata `out` supersedes pass-through entry `(key, _)`: the chain
+/// changed or removed the value elements saw of its key (`seen`), or set a `-bin` key,
+/// whose values elements never see. Written back anyway, `set_rpc_header(rpc, k, 'c')` on
+/// a request sent with `k: a, b` reached the server as `k: c, b`.
+fn superseded(out: &Metadata, seen: &[(String, String)], (key, _): &Raw<'_>) -> bool {
+    if key.ends_with("-bin") {
+        return out.contains_key(key.as_ref());
+    }
+    seen.iter()
+        .find(|(k, _)| k == key.as_ref())
+        .is_some_and(|(_, first)| out.get(key.as_ref()) != Some(first))
+}
+
+/// The pass-through entries that still stand once the chain's metadata `out` is written
+/// back ([`superseded`]); borrowed, with no copy, when all do.
+pub fn standing<'p, 'a>(
+    out: &Metadata,
+    passthrough: &'p [Raw<'a>],
+    seen: &[(String, String)],
+) -> Cow<'p, [Raw<'a>]> {
+    if passthrough.iter().any(|e| superseded(out, seen, e)) {
+        Cow::Owned(
+            passthrough
+                .iter()
+                .filter(|e| !superseded(out, seen, e))
+                .cloned()
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(passthrough)
+    }
 }
 
 /// A key is one or more bytes of printable ASCII other than space (0x21..=0x7E): what keeps

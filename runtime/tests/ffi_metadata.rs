@@ -275,3 +275,112 @@ fn a_header_named_by_a_parameter_is_seen_whatever_its_case() {
         unsafe { weft_close(rt) };
     }
 }
+
+/// Sets, removes or keeps `x-tenant` as the request's `body` says; `x-trace-bin` likewise.
+const TENANT_WRITER: &str = "\
+state:
+    pass
+
+init():
+    pass
+
+req(rpc):
+    match get(rpc, 'body'):
+        'set' =>
+            set_rpc_header(rpc, 'x-tenant', 'c')
+        'remove' =>
+            set_rpc_header(rpc, 'x-tenant', '')
+        'bin' =>
+            set_rpc_header(rpc, 'x-trace-bin', 'AQ')
+        _ =>
+            pass
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+#[test]
+fn values_elements_never_saw_of_a_key_the_chain_wrote_do_not_come_back() {
+    // A key's second value (and a `-bin` value) is not shown to elements; once an element
+    // replaces or removes the key, or sets the `-bin` key, it is superseded. Written back, a
+    // request sent with `x-tenant: a, b` and set to `c` reached the server as `c, b`.
+    let dir = common::echo_dir_with_elements(&[("tenant.weft", TENANT_WRITER)]);
+    let yaml = "protos: [echo.proto]\nelement_paths: [elements]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    client:\n      - tenant\n";
+    let yaml = CString::new(yaml).unwrap();
+    let base = CString::new(dir.path().to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"frontend".as_ptr(), 0) };
+    assert!(!rt.is_null());
+    let md = encode(&[
+        ("x-tenant", b"a"),
+        ("x-tenant", b"b"),
+        ("x-trace-bin", &[0xff]),
+        ("x-other", b"o1"),
+        ("x-other", b"o2"),
+    ]);
+    let values = |body: &str| -> Vec<(String, Vec<u8>)> {
+        let out = client_call(rt, 0, &md, &two_strings("alice", body));
+        assert_eq!(out.verdict, WEFT_VERDICT_FORWARD, "{body}");
+        let bytes = out.metadata.unwrap();
+        let back = metadata::decode(&bytes, Keys::All).unwrap();
+        let mut all: Vec<(String, Vec<u8>)> = back
+            .visible
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
+            .chain(
+                back.passthrough
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_vec())),
+            )
+            .filter(|(k, _)| k != "weft-version")
+            .collect();
+        all.sort();
+        all
+    };
+    let pair = |k: &str, v: &[u8]| (k.to_owned(), v.to_vec());
+    let others = [pair("x-other", b"o1"), pair("x-other", b"o2")];
+    let bin = pair("x-trace-bin", &[0xff]);
+    let expect = |mut v: Vec<(String, Vec<u8>)>| {
+        v.sort();
+        v
+    };
+    // Untouched: every value comes back.
+    assert_eq!(
+        values("keep"),
+        expect(
+            [pair("x-tenant", b"a"), pair("x-tenant", b"b"), bin.clone()]
+                .into_iter()
+                .chain(others.clone())
+                .collect()
+        )
+    );
+    assert_eq!(
+        values("set"),
+        expect(
+            [pair("x-tenant", b"c"), bin.clone()]
+                .into_iter()
+                .chain(others.clone())
+                .collect()
+        )
+    );
+    assert_eq!(
+        values("remove"),
+        expect([bin.clone()].into_iter().chain(others.clone()).collect())
+    );
+    assert_eq!(
+        values("bin"),
+        expect(
+            [
+                pair("x-tenant", b"a"),
+                pair("x-tenant", b"b"),
+                pair("x-trace-bin", b"AQ")
+            ]
+            .into_iter()
+            .chain(others.clone())
+            .collect()
+        )
+    );
+    // SAFETY: the runtime is live and used by no other thread.
+    unsafe { weft_close(rt) };
+}
