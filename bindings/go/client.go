@@ -438,16 +438,16 @@ func (c *clientStream) endCallOptions(err error) {
 	if !first {
 		return
 	}
+	// The headers first, as grpc-go fills them before it calls OnFinish.
+	if unopened && header != nil {
+		for _, o := range c.opts {
+			if h, ok := o.(grpc.HeaderCallOption); ok {
+				*h.HeaderAddr = header.Copy()
+			}
+		}
+	}
 	for _, o := range c.onFinish {
 		o.OnFinish(err)
-	}
-	if !unopened || header == nil {
-		return
-	}
-	for _, o := range c.opts {
-		if h, ok := o.(grpc.HeaderCallOption); ok {
-			*h.HeaderAddr = header.Copy()
-		}
 	}
 }
 
