@@ -656,6 +656,18 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
         assert!(stderr(&out).contains("checked, no errors"), "{shipped}");
     }
 
+    // An element pinned where this runtime cannot run it: the runtime would refuse the
+    // config, so the check does too.
+    let nic = echo_config(tmp.path(), "      - {element: ratelimit, processor: nic}\n");
+    let out = weft(&["check", "--config", nic.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("edge `e`") && err.contains("ratelimit"),
+        "{err}"
+    );
+    assert!(err.contains("lib"), "{err}");
+
     // An element source error is shown with its caret, and the edge counts as failed.
     std::fs::write(
         tmp.path().join("broken.weft"),

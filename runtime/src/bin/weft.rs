@@ -44,8 +44,9 @@ enum Command {
         /// method in the protos, reporting for the one the element fits best.
         #[arg(long)]
         method: Option<String>,
-        /// A config (weft.yaml) to check whole: each edge loads, and each element starts
-        /// with its parameters and `state:` (on a virtual clock; nothing is contacted).
+        /// A config (weft.yaml) to check whole: each edge loads, each element starts with its
+        /// parameters and `state:` (on a virtual clock; nothing is contacted), and each edge
+        /// is placed in-process as the runtime places it.
         #[arg(long, conflicts_with_all = ["protos", "method"])]
         config: Option<PathBuf>,
         /// Only this edge of the config.
@@ -367,8 +368,9 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// `weft check --config`: every edge (or one) loads, and every element of it starts. All
-/// failures are reported, not only the first.
+/// `weft check --config`: every edge (or one) loads, every element of it starts, and the
+/// edge can be placed in-process as the runtime places it. All failures are reported, not
+/// only the first.
 fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
     let cfg = Config::load(config)?;
     let edges: Vec<String> = match edge {
@@ -392,9 +394,19 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
             }
         };
         err!("{}", loaded.warnings);
-        let refused = weft_ir::sim::start_each_instance(&loaded);
+        let mut refused: Vec<String> = weft_ir::sim::start_each_instance(&loaded)
+            .iter()
+            .map(|e| format!("edge `{name}`: {e}"))
+            .collect();
+        // Where this runtime would run each element (in-process, on `lib`), as it places
+        // them when it loads the config: an element it cannot place stops that load.
+        // With the default bound on the exact search, as a runtime with default options.
+        let steps = weft_runtime::EngineOptions::default().plan_steps;
+        if let Err(e) = weft_runtime::placement::in_process_layout(&loaded, steps) {
+            refused.push(e.to_string());
+        }
         for e in &refused {
-            errln!("edge `{name}`: {e}");
+            errln!("{e}");
         }
         if refused.is_empty() {
             errln!(
