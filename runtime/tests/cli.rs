@@ -643,7 +643,7 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
     let good = echo_config(tmp.path(), "      - circuitbreaker: {max_pending: 1}\n");
     let out = weft(&["check", "--config", good.to_str().unwrap(), "--edge", "e"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("edge `e`: 1 element(s) checked and started"));
+    assert!(stderr(&out).contains("edge `e`: 1 element(s) checked, started and placed"));
     // Every config the repository ships.
     for shipped in [
         "examples/echo/weft.yaml",

@@ -34,7 +34,8 @@ struct Cli {
 enum Command {
     /// Parse and type-check element files, or with `--config` every edge of a config (its
     /// elements checked and each one started, so parameters an element refuses are found
-    /// before deployment); exit 1 if any has an error.
+    /// before deployment, and the edge placed as the runtime places it); exit 1 if any has
+    /// an error.
     Check {
         /// .proto files with the services' messages (fields are checked against them); they
         /// must define a service method. Without any, fields are not checked.
@@ -410,7 +411,7 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
         }
         if refused.is_empty() {
             errln!(
-                "edge `{name}`: {} element(s) checked and started",
+                "edge `{name}`: {} element(s) checked, started and placed",
                 loaded.elements.len()
             );
         } else {
