@@ -87,6 +87,19 @@ impl Message {
         }
     }
 
+    /// `get_rpc_header(rpc, name)`: the header's value, `''` when absent. A `-bin` key
+    /// reads as absent whatever it holds: the runtime never shows elements the binary values
+    /// it receives (docs/c-abi.md), so were one written here readable, an element beside the
+    /// writer would read it and one across the network would not, and moving it would change
+    /// what it reads where the planner cannot see.
+    pub fn element_header(&self, name: &str) -> &str {
+        let name = crate::text::header_name(name);
+        if name.ends_with("-bin") {
+            return "";
+        }
+        self.headers.get(&*name).map_or("", String::as_str)
+    }
+
     /// `set_rpc_header(rpc, name, value)`, as every executor runs it. The name is
     /// lower-cased ([`crate::text::header_name`]), then checked with the rule the checker
     /// applies to literals ([`crate::text::writable_header`]). An empty value removes the

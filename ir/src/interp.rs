@@ -18,7 +18,6 @@ use weft_hostcalls::channel::{ChannelRecord, ChannelSink};
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::rng::{self, RandomSource};
 use weft_hostcalls::state::StateStore;
-use weft_hostcalls::text::header_name;
 use weft_hostcalls::{Code, Message, MsgKind, Value};
 
 use crate::ast::BinOp;
@@ -864,12 +863,7 @@ impl<'a, 'h> Frame<'a, 'h> {
                 let Value::Str(n) = self.expr(name)? else {
                     return Err(RuntimeError::Type("header name".into()));
                 };
-                Value::Str(
-                    m.headers
-                        .get(&*header_name(&n))
-                        .cloned()
-                        .unwrap_or_default(),
-                )
+                Value::str(m.element_header(&n))
             }
             ExprKind::Metadata(key) => {
                 let v = self.inst.scratch.get(self.rpc.id, *key).cloned();

@@ -983,6 +983,11 @@ fn an_element_writes_only_headers_of_its_own_that_grpc_can_carry() {
     assert!(errors("set_rpc_header(rpc, 'x-trace-bin', 'caf\u{e9}')").is_empty());
     // Reading them is fine.
     assert!(errors("x = get_rpc_header(rpc, 'grpc-timeout')").is_empty());
+    // A `-bin` value is binary: elements never see one, so a literal read is a mistake.
+    assert_eq!(
+        errors("x = get_rpc_header(rpc, 'x-trace-bin')"),
+        ["header 'x-trace-bin' is binary metadata, which elements never see: this reads '' always"]
+    );
 }
 
 #[test]

@@ -18,7 +18,6 @@ use weft_hostcalls::builtins;
 use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng;
 use weft_hostcalls::state::StateStore;
-use weft_hostcalls::text::header_name;
 use weft_hostcalls::{Code, Message, MsgKind, Value};
 use weft_ir::ast::{BinOp, UnOp};
 use weft_ir::eval::{self, RuntimeError};
@@ -1131,9 +1130,8 @@ extern "C" fn hc_header_get(f: F, msg: u64, name: u64) -> u64 {
         let Value::Str(n) = f.get(name)? else {
             return Err(RuntimeError::Type("header name".into()));
         };
-        let n = header_name(n);
-        let v = f.msg(msg)?.headers.get(&*n).cloned().unwrap_or_default();
-        Ok(f.put(Value::Str(v)))
+        let v = Value::str(f.msg(msg)?.element_header(n));
+        Ok(f.put(v))
     })
 }
 

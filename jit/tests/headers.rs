@@ -214,3 +214,48 @@ fn an_empty_header_value_removes_the_header_in_both_executors() {
         );
     }
 }
+
+/// Writes `x-trace-bin` and then reads the header `name` names, here the same key.
+const READS_BIN: &str = "\
+state:
+    pass
+
+init(name: string = 'X-Trace-Bin'):
+    pass
+
+req(rpc):
+    set_rpc_header(rpc, 'x-trace-bin', 'AQ')
+    match get_rpc_header(rpc, name):
+        '' =>
+            set_rpc_header(rpc, 'x-seen', 'nothing')
+        _ =>
+            set_rpc_header(rpc, 'x-seen', 'a value')
+    send(rpc, Down)
+
+resp(rpc):
+    send(rpc, Up)
+";
+
+/// The runtime never shows elements a `-bin` value it receives (docs/c-abi.md), so an
+/// element on the server side could not read what one on the client side wrote, while an
+/// element beside the writer could: moving the reader across the network changed what it
+/// read, which the planner cannot see. A `-bin` key now reads as absent everywhere; what
+/// an element writes to it still goes on.
+#[test]
+fn a_bin_header_reads_as_absent_in_both_executors() {
+    let (e, warnings) = element_from_source("h", READS_BIN);
+    assert!(warnings.is_empty(), "{warnings}");
+    let request = || {
+        let mut m = Message::request(vec![]);
+        m.headers
+            .insert("x-trace-bin".into(), "from-the-caller".into());
+        m
+    };
+    for (executor, out) in BothExecutors::new(e, "h").request(request) {
+        let Verdict::Forward(m) = out.verdict else {
+            panic!("{executor}: {:?}", out.verdict)
+        };
+        assert_eq!(m.headers["x-seen"], "nothing", "{executor}");
+        assert_eq!(m.headers["x-trace-bin"], "AQ", "{executor}");
+    }
+}

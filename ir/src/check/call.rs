@@ -52,6 +52,7 @@ impl Checker<'_> {
                 let n = self.expr(&args[1], Some(&Type::Str));
                 let n = self.coerce(n, &Type::Str, "the header name");
                 self.header_name_case(&args[1]);
+                self.header_name_readable(&args[1]);
                 Expr {
                     kind: ExprKind::Header {
                         msg: Box::new(m),

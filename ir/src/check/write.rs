@@ -173,6 +173,24 @@ impl Checker<'_> {
         }
     }
 
+    /// A literal header name `get_rpc_header` can read: a `-bin` key always reads `''`
+    /// (`Message::element_header`), so naming one is a mistake worth stopping.
+    pub(super) fn header_name_readable(&mut self, name: &ast::Expr) {
+        if let ast::ExprKind::Lit(Lit::Str(n)) = &name.kind
+            && n.to_ascii_lowercase().ends_with("-bin")
+        {
+            self.error(
+                name.span,
+                format!(
+                    "header '{n}' is binary metadata, which elements never see: this reads '' always"
+                ),
+            )
+            .hint = Some(
+                "Weft passes `-bin` headers through to the application unseen; a header an element should read carries text, without the `-bin` suffix".into(),
+            );
+        }
+    }
+
     /// A literal header name an element may write, with a literal value gRPC can carry
     /// (`text::writable_header`, the rule both executors apply at run time to what is
     /// computed).
