@@ -1399,18 +1399,24 @@ impl Gen<'_> {
     /// inside a string expression cannot nest without bound (the fuzzer drove
     /// `get_rpc_header(rpc, get_rpc_header(rpc, …))` past the parser's 64 levels).
     fn header_name(&mut self, d: usize) -> Expr {
-        let mut name = match self.e.below(5) {
+        let mut name = match self.e.below(6) {
             0 | 1 => lit_s("dst"),
             2 => lit_s("x-gen"),
+            // A `-bin` key reads as absent (a literal one is refused): computed, it runs.
+            3 => bin(BinOp::Add, lit_s("x-gen"), lit_s("-bin")),
             4 if d > 0 => self.expr(&Type::Str, true, (d - 1).min(1)),
             _ => {
                 let s = self.string_value();
                 lit_s(&s)
             }
         };
-        // The checker refuses name literals with upper-case letters (keys are lower-case).
+        // The checker refuses name literals with upper-case letters (keys are lower-case),
+        // and reads of `-bin` literals.
         if let ExprKind::Lit(Lit::Str(s)) = &mut name.kind {
             s.make_ascii_lowercase();
+            if s.ends_with("-bin") {
+                s.push('_');
+            }
         }
         name
     }
@@ -2745,9 +2751,10 @@ fn resolve_fields(
 
 fn random_headers(e: &mut Entropy, m: &mut Message) {
     for _ in 0..e.below(3) {
-        let k = match e.below(4) {
+        let k = match e.below(5) {
             0 => "dst".to_owned(),
             1 => "x-gen".to_owned(),
+            4 => "x-gen-bin".to_owned(),
             _ => format!("h{}", e.below(4)),
         };
         let v = match random_value(e, &Type::Str) {
