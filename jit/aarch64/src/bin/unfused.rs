@@ -21,6 +21,7 @@ fn main() {
 }
 
 #[cfg(not(target_arch = "aarch64"))]
-fn main() {
-    weft_jit_aarch64::not_aarch64()
+fn main() -> std::process::ExitCode {
+    eprintln!("{}", weft_jit_aarch64::NOT_AARCH64);
+    std::process::ExitCode::from(2)
 }
