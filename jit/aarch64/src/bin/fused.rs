@@ -1,4 +1,5 @@
-//! Runs the aarch64 object of the fused chain (one function per direction) against the interpreter (see the crate's docs).
+//! Runs the aarch64 object of the fused chain (one function per direction)
+//! against the interpreter (see the crate's docs).
 
 #[cfg(target_arch = "aarch64")]
 mod linked {

@@ -1,4 +1,5 @@
-//! Runs the aarch64 object of the unfused chain (one function per element and direction) against the interpreter (see the crate's docs).
+//! Runs the aarch64 object of the unfused chain (one function per element and direction)
+//! against the interpreter (see the crate's docs).
 
 #[cfg(target_arch = "aarch64")]
 mod linked {
