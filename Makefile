@@ -7,8 +7,8 @@ WEFT  := target/debug/weft
 # protoc finds its Go plugins where `go install` put them (scripts/install-deps.sh).
 GOBIN_DIR = $(shell $(GO) env GOBIN | grep . || echo "$$($(GO) env GOPATH)/bin")
 
-.PHONY: all deps build test demo fuzz bench loom lint clean planner-fuzz planner-optimality \
-	go-gen go-test go-bench go-demo
+.PHONY: all deps build test demo fuzz bench loom aarch64-test lint clean planner-fuzz \
+	planner-optimality go-gen go-test go-bench go-demo
 
 all: build
 
@@ -31,6 +31,7 @@ test: deps
 	$(CARGO) test --workspace
 	./scripts/check-elements.sh
 	$(MAKE) loom
+	$(MAKE) aarch64-test
 	$(MAKE) go-test
 
 lint: deps
@@ -75,6 +76,18 @@ bench: deps
 loom: deps
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false \
 		$(CARGO) test -p weft-jit --release --test loom
+
+# The aarch64 code `compile_object` makes for the DPU cores, run: tests/cross_isa.rs only
+# checks that the object is produced and verified, so jit/aarch64 links it (fused, then
+# unfused) into an aarch64 binary and runs it under qemu-aarch64 against the interpreter.
+# The cross linker and the runner are set here, not in a cargo config, so that no other
+# build sees them.
+AARCH64_CARGO = CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+	CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+	$(CARGO)
+aarch64-test: deps
+	$(AARCH64_CARGO) run -p weft-jit-aarch64 --target aarch64-unknown-linux-gnu --bin fused
+	$(AARCH64_CARGO) run -p weft-jit-aarch64 --target aarch64-unknown-linux-gnu --bin unfused
 
 # The planner's differential soundness test at 100 000 random chains, layouts and RPC
 # streams (release build; `make test` runs 10 000). Prints the converse rate too.

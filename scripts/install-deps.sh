@@ -36,6 +36,26 @@ if ! need_cmd cc; then
     fi
 fi
 
+# `make aarch64-test` runs the JIT's aarch64 objects: the Rust target, a cross linker with
+# the aarch64 C library, and qemu's user-mode emulator.
+if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    echo "install-deps: adding rustup target aarch64-unknown-linux-gnu"
+    rustup target add aarch64-unknown-linux-gnu
+fi
+if ! need_cmd aarch64-linux-gnu-gcc || ! need_cmd qemu-aarch64 \
+    || [ ! -e /usr/aarch64-linux-gnu/lib/libc.so ]; then
+    if need_cmd apt-get; then
+        echo "install-deps: installing qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        $SUDO apt-get update -qq \
+            && $SUDO apt-get install -y -qq qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+    else
+        echo "install-deps: aarch64-linux-gnu-gcc or qemu-aarch64 is missing" \
+            "(Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)" >&2
+        exit 1
+    fi
+fi
+
 # The Go binding and its example: Go itself (1.26+, preinstalled on our machines), protoc from
 # Debian, and the protoc plugins from the Go module proxy at pinned versions. The generated
 # *.pb.go files are not committed; `make go-gen` writes them.

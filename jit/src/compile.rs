@@ -210,21 +210,96 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         parts.push(Part { range, req, resp });
     }
     Ok(Compiled {
-        blocks: elements
-            .iter()
-            .map(|e| {
-                let layout = lower::block_vars(e);
-                layout
-                    .iter()
-                    .any(Option::is_some)
-                    .then(|| BlockLayout::new(layout))
-            })
-            .collect(),
+        blocks: block_layouts(elements),
         elements: elements.to_vec(),
         parts,
         tables,
         module: Mutex::new(Some(module)),
     })
+}
+
+fn block_layouts(elements: &[Arc<Element>]) -> Vec<Option<BlockLayout>> {
+    elements
+        .iter()
+        .map(|e| {
+            let layout = lower::block_vars(e);
+            layout
+                .iter()
+                .any(Option::is_some)
+                .then(|| BlockLayout::new(layout))
+        })
+        .collect()
+}
+
+impl Compiled {
+    /// A version whose code was not compiled here but linked into this process: the object
+    /// [`compile_object`] made of `elements` for this machine's target, with `functions[i]`
+    /// the addresses of its `weft_seg{i}_req` and `weft_seg{i}_resp`. It runs through the
+    /// same calls as code from [`compile`], so a test on the object's machine (e.g. under
+    /// `qemu-aarch64`, jit/aarch64) compares that code with the interpreter. `object` is the
+    /// object that was linked: the constant and field tables the code refers to by number
+    /// come from compiling `elements` again, which must give exactly those bytes.
+    ///
+    /// # Safety
+    ///
+    /// `functions` must be the addresses of those symbols of `object` as linked into this
+    /// process, with every `weft_hc_<id>` it imports resolved to (code that jumps to)
+    /// [`host::host_fn`] of that id, and the code must stay mapped while the result lives
+    /// (as statically linked code does).
+    #[allow(unsafe_code)]
+    pub unsafe fn from_linked(
+        elements: &[Arc<Element>],
+        fusion: Fusion,
+        object: &[u8],
+        functions: &[(*const u8, *const u8)],
+    ) -> Result<Compiled, JitError> {
+        let triple = target_lexicon::HOST.to_string();
+        let (bytes, tables) = compile_object(elements, &triple, fusion)?;
+        if bytes != object {
+            return Err(JitError::Linked(format!(
+                "the object is not what `{triple}` compiles of these elements ({fusion:?})"
+            )));
+        }
+        let ranges = ranges(elements.len(), fusion);
+        if functions
+            .iter()
+            .any(|(req, resp)| req.is_null() || resp.is_null())
+        {
+            return Err(JitError::Linked("a null function".into()));
+        }
+        if ranges.len() != functions.len() {
+            return Err(JitError::Linked(format!(
+                "{} parts, {} pairs of functions",
+                ranges.len(),
+                functions.len()
+            )));
+        }
+        let parts = ranges
+            .into_iter()
+            .zip(functions)
+            .map(|(range, &(req, resp))| {
+                // SAFETY: by the caller's contract these are the linked `weft_seg{i}_*` of an
+                // object `compile_object` made (checked above to be the one these tables
+                // belong to), compiled with the segment signature, which is `SegmentFn` on
+                // the C ABI, and they stay valid while `self` lives.
+                let (req, resp) = unsafe {
+                    (
+                        std::mem::transmute::<*const u8, SegmentFn>(req),
+                        std::mem::transmute::<*const u8, SegmentFn>(resp),
+                    )
+                };
+                Part { range, req, resp }
+            })
+            .collect();
+        Ok(Compiled {
+            blocks: block_layouts(elements),
+            elements: elements.to_vec(),
+            parts,
+            tables,
+            // Nothing to free: the code belongs to the process image.
+            module: Mutex::new(None),
+        })
+    }
 }
 
 /// Compiles a segment for another target (e.g. `aarch64-unknown-linux-gnu`, the BlueField

@@ -20,6 +20,8 @@ pub enum JitError {
     Init(String, String),
     #[error("writing the object: {0}")]
     Object(String),
+    #[error("linked code: {0}")]
+    Linked(String),
 }
 
 impl From<cranelift_module::ModuleError> for JitError {
