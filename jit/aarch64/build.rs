@@ -21,6 +21,7 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let root = manifest.join("../..");
     println!("cargo:rerun-if-changed=src/chain.rs");
+    println!("cargo:rerun-if-changed=../tests/cross_isa.yaml");
     for dir in ["elements", "examples/echo"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }

@@ -14,7 +14,7 @@ use weft_jit::{Fusion, compile_object};
 
 fn chain() -> Vec<Arc<Element>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
-    let yaml = "protos: [echo.proto]\nedges:\n  a->b:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    client:\n      - ratelimit\n      - firewall: {field: user, deny: [mallory]}\n      - logging\n      - metrics\n      - fault\n      - cache: {field: body}\n      - loadbalance: {policy: sticky, key_field: user}\n";
+    let yaml = include_str!("cross_isa.yaml");
     let config = Config::parse("x.yaml", &dir, yaml).unwrap();
     let edge = load_edge(&config, "a->b").unwrap();
     let m = edge.methods[0].full_name.clone();

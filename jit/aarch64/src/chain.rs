@@ -11,21 +11,7 @@ use weft_ir::load::{LoadedEdge, load_edge};
 
 pub const EDGE: &str = "a->b";
 
-const YAML: &str = "protos: [echo.proto]
-edges:
-  a->b:
-    from: a
-    to: b
-    method: echo.Echo/Say
-    client:
-      - ratelimit
-      - firewall: {field: user, deny: [mallory]}
-      - logging
-      - metrics
-      - fault
-      - cache: {field: body}
-      - loadbalance: {policy: sticky, key_field: user}
-";
+const YAML: &str = include_str!("../../tests/cross_isa.yaml");
 
 /// The edge's config, read against the workspace at `root` (examples/echo's protos, the
 /// standard elements).
