@@ -26,6 +26,10 @@ pub struct Schema {
 pub enum SchemaError {
     #[error("no .proto files were given; a schema needs at least one")]
     NoFiles,
+    /// protox reports a listed file that is not there as "not in any include path", which
+    /// sends the operator to the include directories when the path itself is wrong.
+    #[error("cannot read the proto file `{}`: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
     /// The text is protox's own, which starts with `file:line:col:` when it knows the place.
     #[error("cannot compile the proto schema: {0}")]
     Compile(String),
@@ -150,15 +154,29 @@ impl FileResolver for InMemoryFile {
     }
 }
 
-fn compile_error(e: protox::Error) -> SchemaError {
+fn compile_error(e: protox::Error, includes: &[PathBuf]) -> SchemaError {
     // protox's Debug form carries `file:line:col:`; its Display form drops the location. At
     // the end of a file (a file cut short) it has no place to show, and names no file: the
     // file is then put in front, as the operator needs to know which one to fix.
-    let text = format!("{e:?}");
-    match e.file() {
-        Some(file) if !text.contains(file) => SchemaError::Compile(format!("{file}: {text}")),
-        _ => SchemaError::Compile(text),
+    let mut text = format!("{e:?}");
+    if let Some(file) = e.file()
+        && !text.contains(file)
+    {
+        text = format!("{file}: {text}");
     }
+    // An import is looked up in the include directories, not beside the importing file: the
+    // fix is usually `proto_include:` (or `--proto` of the right directory), so say where.
+    if e.is_file_not_found() && !includes.is_empty() {
+        let dirs: Vec<String> = includes
+            .iter()
+            .map(|d| format!("`{}`", d.display()))
+            .collect();
+        text = format!(
+            "{text} (looked in {}, and the well-known google/protobuf files)",
+            dirs.join(", ")
+        );
+    }
+    SchemaError::Compile(text)
 }
 
 impl Schema {
@@ -182,6 +200,17 @@ impl Schema {
     ) -> (Result<Schema, SchemaError>, Vec<ProtoInput>) {
         if files.is_empty() {
             return (Err(SchemaError::NoFiles), Vec::new());
+        }
+        for f in files {
+            if let Err(e) = std::fs::metadata(f.as_ref()) {
+                let why = if e.kind() == std::io::ErrorKind::NotFound {
+                    "no such file".to_owned()
+                } else {
+                    e.to_string()
+                };
+                let path = f.as_ref().to_path_buf();
+                return (Err(SchemaError::Unreadable { path, why }), Vec::new());
+            }
         }
         let mut includes: Vec<PathBuf> = Vec::new();
         if include_dirs.is_empty() {
@@ -212,7 +241,7 @@ impl Schema {
         let compiled = compiler
             .open_files(files)
             .map(|_| ())
-            .map_err(compile_error);
+            .map_err(|e| compile_error(e, &includes));
         let mut opened =
             std::mem::take(&mut *opened.lock().unwrap_or_else(PoisonError::into_inner));
         opened.sort_by(|a, b| a.0.cmp(&b.0));
@@ -241,7 +270,9 @@ impl Schema {
         resolver.add(GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.include_imports(true);
-        compiler.open_file(file_name).map_err(compile_error)?;
+        compiler
+            .open_file(file_name)
+            .map_err(|e| compile_error(e, &[]))?;
         Ok(Schema {
             pool: compiler.descriptor_pool(),
         })
@@ -976,6 +1007,33 @@ mod tests {
         ));
         let e = Schema::load(&["/nonexistent/x.proto"], &[]).unwrap_err();
         assert!(e.to_string().contains("x.proto"), "{e}");
+    }
+
+    #[test]
+    fn a_listed_proto_that_is_not_there_is_named_as_missing() {
+        // protox called it "not in any include path", about a file that does not exist.
+        let e = Schema::load(&["/nonexistent/x.proto"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("`/nonexistent/x.proto`"), "{text}");
+        assert!(text.contains("no such file"), "{text}");
+        assert!(!text.contains("include path"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_import_says_where_it_was_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let proto = dir.path().join("shop.proto");
+        std::fs::write(
+            &proto,
+            "syntax = \"proto3\";\nimport \"commn.proto\";\nmessage M {}\n",
+        )
+        .unwrap();
+        let text = Schema::load(&[&proto], &[]).unwrap_err().to_string();
+        assert!(text.contains("import 'commn.proto' not found"), "{text}");
+        assert!(
+            text.contains(&format!("looked in `{}`", dir.path().display())),
+            "{text}"
+        );
     }
 
     #[test]
