@@ -560,6 +560,15 @@ impl Parser {
     fn statement(&mut self) -> PResult<Stmt> {
         match self.peek() {
             Tok::Match => self.match_statement(),
+            // Python's "unexpected indent": the expression parser would otherwise report an
+            // expression it expected, which says nothing about the spaces that are wrong.
+            Tok::Indent => {
+                self.error_here("unexpected indentation: the line before does not open a block")
+                    .hint = Some(
+                    "indent this line as the one before it, or end that line with `:` to open a block under it".into(),
+                );
+                Err(Reported)
+            }
             Tok::If => self.if_statement(),
             Tok::Elif | Tok::Else => {
                 let kw = self.peek().describe();
