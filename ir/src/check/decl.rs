@@ -63,7 +63,8 @@ impl Checker<'_> {
                             args.len()
                         ),
                     );
-                    return Type::Dyn;
+                    // Still the collection it names (missing arguments unknown): as `Dyn`, a
+                    // `Map<string>` in state was a scalar, and each `get`/`set` on it said so.
                 }
                 let mut it = args.into_iter();
                 let a = it.next().unwrap_or(Type::Dyn);
