@@ -82,6 +82,15 @@ pub struct MethodSchema {
 }
 
 impl MethodSchema {
+    /// The full name of a proto enum with a value called `name`, and that value's number:
+    /// an element that writes `EXPRESS` where Weft wants the enum's number is told which.
+    pub fn enum_value(&self, name: &str) -> Option<(String, i32)> {
+        self.request.parent_pool().all_enums().find_map(|e| {
+            e.get_value_by_name(name)
+                .map(|v| (e.full_name().to_owned(), v.number()))
+        })
+    }
+
     fn new(method: &MethodDescriptor) -> Self {
         MethodSchema {
             full_name: format!("{}/{}", method.parent_service().full_name(), method.name()),
@@ -663,13 +672,19 @@ fn resolve(msg: &MessageDescriptor, text: &str, payloads: bool) -> Result<FieldP
                         range.clone(),
                     ));
                 }
-                (_, Cardinality::Repeated { .. }) => {
+                (kind, Cardinality::Repeated { .. }) => {
+                    // A repeated scalar is a `Vec` value, which `get(v, i)` indexes.
+                    let hint = (!matches!(kind, Kind::Message(_))).then(|| {
+                        format!(
+                            "read the whole list, `get(rpc, '{here}')` (a `Vec`), and index that: `get(v, 0)`"
+                        )
+                    });
                     return Err(ResolveError::new(
                         format!(
                             "`{here}` is a repeated field; a field path cannot step into its \
                              elements"
                         ),
-                        None,
+                        hint,
                         range.clone(),
                     ));
                 }
