@@ -195,7 +195,8 @@ impl Parser {
     fn element_file(&mut self) -> ElementFile {
         let mut file = ElementFile::default();
         let mut next = 0usize; // index into SECTIONS of the section expected next
-        // Sections whose header was misspelt (and reported with a suggestion): not "missing".
+        // Sections whose header was misspelt (and reported with a suggestion) or did not parse:
+        // not "missing".
         let mut misspelt: Vec<&str> = Vec::new();
         loop {
             self.skip_newlines();
@@ -264,6 +265,8 @@ impl Parser {
                 _ => self.handler("resp").map(|h| file.resp = Some(h)),
             };
             if parsed.is_err() {
+                // Reported where its header went wrong; "missing section" would be false.
+                misspelt.push(SECTIONS[idx]);
                 self.recover_statement();
             }
         }
