@@ -271,6 +271,25 @@ impl Parser {
             }
         }
         let eof = self.span();
+        let none_at_all = file.state.is_none()
+            && file.init.is_none()
+            && file.req.is_none()
+            && file.resp.is_none()
+            && misspelt.is_empty()
+            && self.diags.is_empty();
+        if none_at_all {
+            // A new, empty file: one error with the whole skeleton, not four at one caret.
+            self.diags.push(
+                Diagnostic::error(
+                    eof,
+                    "no sections: an element has the sections state, init, req and resp, in that order",
+                )
+                .with_hint(
+                    "start from `state: pass`, `init(): pass`, `req(rpc): send(rpc, Down)`, `resp(rpc): send(rpc, Up)`, each header on its own line with its body indented under it",
+                ),
+            );
+            return file;
+        }
         for (i, name) in SECTIONS.iter().enumerate() {
             let missing = match i {
                 0 => file.state.is_none(),
