@@ -163,6 +163,21 @@ impl FileResolver for InMemoryFile {
     }
 }
 
+/// A listed file that cannot be opened, which protox reports as "not in any include path":
+/// the operator should fix the path, not the include directories.
+fn unreadable_listed_file<P: AsRef<Path>>(files: &[P]) -> Option<SchemaError> {
+    files.iter().find_map(|f| {
+        let e = std::fs::metadata(f.as_ref()).err()?;
+        let why = if e.kind() == std::io::ErrorKind::NotFound {
+            "no such file".to_owned()
+        } else {
+            e.to_string()
+        };
+        let path = f.as_ref().to_path_buf();
+        Some(SchemaError::Unreadable { path, why })
+    })
+}
+
 fn compile_error(e: protox::Error, includes: &[PathBuf]) -> SchemaError {
     // protox's Debug form carries `file:line:col:`; its Display form drops the location. At
     // the end of a file (a file cut short) it has no place to show, and names no file: the
@@ -210,17 +225,6 @@ impl Schema {
         if files.is_empty() {
             return (Err(SchemaError::NoFiles), Vec::new());
         }
-        for f in files {
-            if let Err(e) = std::fs::metadata(f.as_ref()) {
-                let why = if e.kind() == std::io::ErrorKind::NotFound {
-                    "no such file".to_owned()
-                } else {
-                    e.to_string()
-                };
-                let path = f.as_ref().to_path_buf();
-                return (Err(SchemaError::Unreadable { path, why }), Vec::new());
-            }
-        }
         let mut includes: Vec<PathBuf> = Vec::new();
         if include_dirs.is_empty() {
             for f in files {
@@ -247,10 +251,9 @@ impl Schema {
             opened: Arc::clone(&opened),
         });
         compiler.include_imports(true);
-        let compiled = compiler
-            .open_files(files)
-            .map(|_| ())
-            .map_err(|e| compile_error(e, &includes));
+        let compiled = compiler.open_files(files).map(|_| ()).map_err(|e| {
+            unreadable_listed_file(files).unwrap_or_else(|| compile_error(e, &includes))
+        });
         let mut opened =
             std::mem::take(&mut *opened.lock().unwrap_or_else(PoisonError::into_inner));
         opened.sort_by(|a, b| a.0.cmp(&b.0));
