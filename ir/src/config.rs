@@ -179,14 +179,22 @@ impl Config {
             file: file.to_owned(),
         };
         let root: Yaml = serde_norway::from_str(text).map_err(|e| {
-            let location = e
-                .location()
-                .map(|l| format!(":{}:{}", l.line(), l.column()))
-                .unwrap_or_default();
+            let mut message = format!("not valid YAML: {e}");
+            let mut location = String::new();
+            if let Some(l) = e.location() {
+                location = format!(":{}:{}", l.line(), l.column());
+                // The place is already in front; the parser's own copy of it only repeats it.
+                message = message.replacen(
+                    &format!(" at line {} column {}", l.line(), l.column()),
+                    "",
+                    1,
+                );
+                message.push_str(&yaml_snippet(text, l.line(), l.column()));
+            }
             ConfigError {
                 file: file.to_owned(),
                 location,
-                message: format!("not valid YAML: {e}"),
+                message,
                 hint: None,
             }
         })?;
@@ -294,11 +302,48 @@ impl Config {
                 file: self.file.clone(),
                 location: String::new(),
                 message: format!("no edge named `{name}`"),
-                hint: crate::diag::did_you_mean(name, names.iter().copied())
+                hint: shell_cut_edge(name, &names)
+                    .or_else(|| crate::diag::did_you_mean(name, names.iter().copied()))
                     .or_else(|| Some(format!("edges: {}", names.join(", ")))),
             }
         })
     }
+}
+
+/// Edge names are written `from->to`, and an unquoted `--edge web->cart` reaches Weft as
+/// `web-`: the shell took `>cart` as a redirect (and wrote a file `cart`). Saying so beats a
+/// near-miss suggestion, which would leave the operator retyping the same command.
+fn shell_cut_edge(name: &str, names: &[&str]) -> Option<String> {
+    if !name.ends_with('-') {
+        return None;
+    }
+    let full = names.iter().find(|n| {
+        n.strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('>'))
+    })?;
+    let target = &full[name.len() + 1..];
+    Some(format!(
+        "quote the name, `--edge '{full}'`: unquoted, the shell takes `>{target}` as a redirect (and may have written a file `{target}`)"
+    ))
+}
+
+/// The source line of a YAML error with a caret under its column, as element diagnostics
+/// show theirs; empty when the place is past the last line (the file ended too soon).
+fn yaml_snippet(text: &str, line: usize, column: usize) -> String {
+    let Some(src) = text.lines().nth(line.saturating_sub(1)) else {
+        return String::new();
+    };
+    if src.trim().is_empty() {
+        return String::new();
+    }
+    let number = line.to_string();
+    let pad = " ".repeat(number.len());
+    let before: String = src
+        .chars()
+        .take(column.saturating_sub(1))
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    format!("\n{number} | {src}\n{pad} | {before}^")
 }
 
 fn yaml_key(k: &Yaml) -> String {

@@ -110,11 +110,14 @@ pub fn edge_methods(
         Some(service) => schema.service_methods(service),
         None => schema.method(&edge.method).map(|m| vec![m]),
     };
-    r.map_err(|e| LoadError::Element {
-        config: config.file.clone(),
-        edge: edge.name.clone(),
-        element: "-".into(),
-        message: format!("method `{}`: {e}", edge.method),
+    r.map_err(|e| {
+        // No element is at fault: naming one (as `-`) sent the reader looking for it.
+        LoadError::Config(ConfigError {
+            file: config.file.clone(),
+            location: String::new(),
+            message: format!("edge `{}`: method `{}`: {e}", edge.name, edge.method),
+            hint: None,
+        })
     })
 }
 

@@ -195,7 +195,8 @@ impl Parser {
     fn element_file(&mut self) -> ElementFile {
         let mut file = ElementFile::default();
         let mut next = 0usize; // index into SECTIONS of the section expected next
-        // Sections whose header was misspelt (and reported with a suggestion): not "missing".
+        // Sections whose header was misspelt (and reported with a suggestion) or did not parse:
+        // not "missing".
         let mut misspelt: Vec<&str> = Vec::new();
         loop {
             self.skip_newlines();
@@ -264,10 +265,31 @@ impl Parser {
                 _ => self.handler("resp").map(|h| file.resp = Some(h)),
             };
             if parsed.is_err() {
+                // Reported where its header went wrong; "missing section" would be false.
+                misspelt.push(SECTIONS[idx]);
                 self.recover_statement();
             }
         }
         let eof = self.span();
+        let none_at_all = file.state.is_none()
+            && file.init.is_none()
+            && file.req.is_none()
+            && file.resp.is_none()
+            && misspelt.is_empty()
+            && self.diags.is_empty();
+        if none_at_all {
+            // A new, empty file: one error with the whole skeleton, not four at one caret.
+            self.diags.push(
+                Diagnostic::error(
+                    eof,
+                    "no sections: an element has the sections state, init, req and resp, in that order",
+                )
+                .with_hint(
+                    "start from `state: pass`, `init(): pass`, `req(rpc): send(rpc, Down)`, `resp(rpc): send(rpc, Up)`, each header on its own line with its body indented under it",
+                ),
+            );
+            return file;
+        }
         for (i, name) in SECTIONS.iter().enumerate() {
             let missing = match i {
                 0 => file.state.is_none(),
@@ -560,6 +582,15 @@ impl Parser {
     fn statement(&mut self) -> PResult<Stmt> {
         match self.peek() {
             Tok::Match => self.match_statement(),
+            // Python's "unexpected indent": the expression parser would otherwise report an
+            // expression it expected, which says nothing about the spaces that are wrong.
+            Tok::Indent => {
+                self.error_here("unexpected indentation: the line before does not open a block")
+                    .hint = Some(
+                    "indent this line as the one before it, or end that line with `:` to open a block under it".into(),
+                );
+                Err(Reported)
+            }
             Tok::If => self.if_statement(),
             Tok::Elif | Tok::Else => {
                 let kw = self.peek().describe();

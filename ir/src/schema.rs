@@ -26,6 +26,10 @@ pub struct Schema {
 pub enum SchemaError {
     #[error("no .proto files were given; a schema needs at least one")]
     NoFiles,
+    /// protox reports a listed file that is not there as "not in any include path", which
+    /// sends the operator to the include directories when the path itself is wrong.
+    #[error("cannot read the proto file `{}`: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
     /// The text is protox's own, which starts with `file:line:col:` when it knows the place.
     #[error("cannot compile the proto schema: {0}")]
     Compile(String),
@@ -78,6 +82,15 @@ pub struct MethodSchema {
 }
 
 impl MethodSchema {
+    /// The full name of a proto enum with a value called `name`, and that value's number:
+    /// an element that writes `EXPRESS` where Weft wants the enum's number is told which.
+    pub fn enum_value(&self, name: &str) -> Option<(String, i32)> {
+        self.request.parent_pool().all_enums().find_map(|e| {
+            e.get_value_by_name(name)
+                .map(|v| (e.full_name().to_owned(), v.number()))
+        })
+    }
+
     fn new(method: &MethodDescriptor) -> Self {
         MethodSchema {
             full_name: format!("{}/{}", method.parent_service().full_name(), method.name()),
@@ -150,15 +163,44 @@ impl FileResolver for InMemoryFile {
     }
 }
 
-fn compile_error(e: protox::Error) -> SchemaError {
+/// A listed file that cannot be opened, which protox reports as "not in any include path":
+/// the operator should fix the path, not the include directories.
+fn unreadable_listed_file<P: AsRef<Path>>(files: &[P]) -> Option<SchemaError> {
+    files.iter().find_map(|f| {
+        let e = std::fs::metadata(f.as_ref()).err()?;
+        let why = if e.kind() == std::io::ErrorKind::NotFound {
+            "no such file".to_owned()
+        } else {
+            e.to_string()
+        };
+        let path = f.as_ref().to_path_buf();
+        Some(SchemaError::Unreadable { path, why })
+    })
+}
+
+fn compile_error(e: protox::Error, includes: &[PathBuf]) -> SchemaError {
     // protox's Debug form carries `file:line:col:`; its Display form drops the location. At
     // the end of a file (a file cut short) it has no place to show, and names no file: the
     // file is then put in front, as the operator needs to know which one to fix.
-    let text = format!("{e:?}");
-    match e.file() {
-        Some(file) if !text.contains(file) => SchemaError::Compile(format!("{file}: {text}")),
-        _ => SchemaError::Compile(text),
+    let mut text = format!("{e:?}");
+    if let Some(file) = e.file()
+        && !text.contains(file)
+    {
+        text = format!("{file}: {text}");
     }
+    // An import is looked up in the include directories, not beside the importing file: the
+    // fix is usually `proto_include:` (or `--proto` of the right directory), so say where.
+    if e.is_file_not_found() && !includes.is_empty() {
+        let dirs: Vec<String> = includes
+            .iter()
+            .map(|d| format!("`{}`", d.display()))
+            .collect();
+        text = format!(
+            "{text} (looked in {}, and the well-known google/protobuf files)",
+            dirs.join(", ")
+        );
+    }
+    SchemaError::Compile(text)
 }
 
 impl Schema {
@@ -209,10 +251,9 @@ impl Schema {
             opened: Arc::clone(&opened),
         });
         compiler.include_imports(true);
-        let compiled = compiler
-            .open_files(files)
-            .map(|_| ())
-            .map_err(compile_error);
+        let compiled = compiler.open_files(files).map(|_| ()).map_err(|e| {
+            unreadable_listed_file(files).unwrap_or_else(|| compile_error(e, &includes))
+        });
         let mut opened =
             std::mem::take(&mut *opened.lock().unwrap_or_else(PoisonError::into_inner));
         opened.sort_by(|a, b| a.0.cmp(&b.0));
@@ -241,7 +282,9 @@ impl Schema {
         resolver.add(GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.include_imports(true);
-        compiler.open_file(file_name).map_err(compile_error)?;
+        compiler
+            .open_file(file_name)
+            .map_err(|e| compile_error(e, &[]))?;
         Ok(Schema {
             pool: compiler.descriptor_pool(),
         })
@@ -632,13 +675,19 @@ fn resolve(msg: &MessageDescriptor, text: &str, payloads: bool) -> Result<FieldP
                         range.clone(),
                     ));
                 }
-                (_, Cardinality::Repeated { .. }) => {
+                (kind, Cardinality::Repeated { .. }) => {
+                    // A repeated scalar is a `Vec` value, which `get(v, i)` indexes.
+                    let hint = (!matches!(kind, Kind::Message(_))).then(|| {
+                        format!(
+                            "read the whole list, `get(rpc, '{here}')` (a `Vec`), and index that: `get(v, 0)`"
+                        )
+                    });
                     return Err(ResolveError::new(
                         format!(
                             "`{here}` is a repeated field; a field path cannot step into its \
                              elements"
                         ),
-                        None,
+                        hint,
                         range.clone(),
                     ));
                 }
@@ -976,6 +1025,33 @@ mod tests {
         ));
         let e = Schema::load(&["/nonexistent/x.proto"], &[]).unwrap_err();
         assert!(e.to_string().contains("x.proto"), "{e}");
+    }
+
+    #[test]
+    fn a_listed_proto_that_is_not_there_is_named_as_missing() {
+        // protox called it "not in any include path", about a file that does not exist.
+        let e = Schema::load(&["/nonexistent/x.proto"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("`/nonexistent/x.proto`"), "{text}");
+        assert!(text.contains("no such file"), "{text}");
+        assert!(!text.contains("include path"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_import_says_where_it_was_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let proto = dir.path().join("shop.proto");
+        std::fs::write(
+            &proto,
+            "syntax = \"proto3\";\nimport \"commn.proto\";\nmessage M {}\n",
+        )
+        .unwrap();
+        let text = Schema::load(&[&proto], &[]).unwrap_err().to_string();
+        assert!(text.contains("import 'commn.proto' not found"), "{text}");
+        assert!(
+            text.contains(&format!("looked in `{}`", dir.path().display())),
+            "{text}"
+        );
     }
 
     #[test]

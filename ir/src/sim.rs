@@ -98,7 +98,16 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceLine>, SimError> {
             line: line_no,
             message,
         };
-        let j: Json = serde_json::from_str(l).map_err(|e| err(format!("not JSON: {e}")))?;
+        let j: Json = serde_json::from_str(l).map_err(|e| {
+            // serde_json saw one line, so its "at line 1 column N" names the wrong line; the
+            // column counts in the file's line, before the trim.
+            let text = e.to_string();
+            let what = text
+                .strip_suffix(&format!(" at line {} column {}", e.line(), e.column()))
+                .unwrap_or(&text);
+            let column = e.column() + (line.len() - line.trim_start().len());
+            err(format!("not JSON at column {column}: {what}"))
+        })?;
         let Json::Object(o) = &j else {
             return Err(err("each line must be a JSON object".into()));
         };

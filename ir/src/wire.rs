@@ -1033,9 +1033,43 @@ pub fn json_to_bytes(
 ) -> Result<Vec<u8>, WireError> {
     let msg = DynamicMessage::deserialize(desc.clone(), json).map_err(|e| WireError::Json {
         message: desc.full_name().to_owned(),
-        reason: e.to_string(),
+        reason: match json_culprit(desc, json) {
+            Some(path) => format!("field `{path}`: {e}"),
+            None => e.to_string(),
+        },
     })?;
     Ok(msg.encode_to_vec())
+}
+
+/// The path of the field whose value a failed JSON conversion refused: prost-reflect's
+/// reason ("invalid digit found in string") does not say which of the message's fields it
+/// was. Each field is converted alone, and a refused message field is searched in turn. Only
+/// runs on the error path.
+fn json_culprit(desc: &MessageDescriptor, json: &serde_json::Value) -> Option<String> {
+    let serde_json::Value::Object(fields) = json else {
+        return None;
+    };
+    for (name, value) in fields {
+        let alone =
+            serde_json::Value::Object([(name.clone(), value.clone())].into_iter().collect());
+        if DynamicMessage::deserialize(desc.clone(), &alone).is_ok() {
+            continue;
+        }
+        let field = desc
+            .get_field_by_name(name)
+            .or_else(|| desc.get_field_by_json_name(name));
+        let inner = field.as_ref().and_then(|f| match f.kind() {
+            prost_reflect::Kind::Message(m) if !f.is_list() && !f.is_map() => {
+                json_culprit(&m, value)
+            }
+            _ => None,
+        });
+        return Some(match inner {
+            Some(rest) => format!("{name}.{rest}"),
+            None => name.clone(),
+        });
+    }
+    None
 }
 
 /// Decodes wire bytes as a `desc` message into JSON: proto field names, 64-bit integers as JSON

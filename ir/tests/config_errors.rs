@@ -162,3 +162,47 @@ fn parameter_errors_name_the_edge_and_the_instance() {
     );
     assert!(!err.contains("element `ratelimit`"), "{err}");
 }
+
+#[test]
+fn a_yaml_syntax_error_shows_the_line_with_a_caret() {
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - ratelimit: {capacity: 5\n      - firewall: {field: user}\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("weft.yaml:9:17: error: not valid YAML"),
+        "{err}"
+    );
+    // The place is in front, once: the parser's own "at line 9 column 17" repeated it.
+    assert!(!err.contains("at line 9"), "{err}");
+    assert!(
+        err.contains("\n9 |       - firewall: {field: user}\n  |                 ^"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_method_names_the_edge_and_no_element() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Sya\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", &dir, yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    // It said "element `-`", as if an element were at fault.
+    assert!(!err.contains("element"), "{err}");
+    assert!(
+        err.starts_with("weft.yaml: error: edge `e`: method `echo.Echo/Sya`"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `echo.Echo/Say`?"), "{err}");
+}
+
+#[test]
+fn an_edge_name_cut_at_the_arrow_says_the_shell_took_it() {
+    let yaml = "protos: [echo.proto]\nedges:\n  web->cart:\n    from: web\n    to: cart\n    method: echo.Echo/Say\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", Path::new("."), yaml).unwrap();
+    // `--edge web->cart` unquoted: the shell writes to a file `cart` and passes `web-`.
+    let err = cfg.edge("web-").unwrap_err().to_string();
+    assert!(err.contains("no edge named `web-`"), "{err}");
+    assert!(err.contains("--edge 'web->cart'"), "{err}");
+    assert!(err.contains("redirect"), "{err}");
+}

@@ -135,3 +135,39 @@ fn an_error_in_a_response_names_its_line() {
     assert_eq!(line, 2, "{message}");
     assert!(message.contains("`resp`"), "{message}");
 }
+
+#[test]
+fn a_line_that_is_not_json_gives_the_column_not_line_1() {
+    let (line, message) = trace_error(
+        "# first\n{\"id\": 1}\n{\"id\": 2, \"req\": {\"user\": \"a\" \"body\": \"b\"}}\n",
+    );
+    assert_eq!(line, 3);
+    // serde_json counts lines within the one line it was given: "at line 1" misled.
+    assert!(!message.contains("line 1"), "{message}");
+    assert!(message.contains("column 31"), "{message}");
+}
+
+#[test]
+fn a_field_of_the_wrong_type_is_named_by_its_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("shop.proto"),
+        "syntax = \"proto3\";\npackage shop;\nservice Cart { rpc Add(AddReq) returns (AddRep); }\nmessage Customer { string id = 1; Address address = 2; }\nmessage Address { string country = 1; uint32 zip = 2; }\nmessage AddReq { Customer customer = 1; uint32 quantity = 2; }\nmessage AddRep { string cart_id = 1; }\n",
+    )
+    .unwrap();
+    let yaml = "protos: [shop.proto]\nedges:\n  e:\n    from: f\n    to: s\n    method: shop.Cart/Add\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let e = load_edge(&cfg, "e").unwrap();
+    let message = |trace: &str| match run(&e, trace).unwrap_err() {
+        SimError::Trace { message, .. } => message,
+        other => panic!("{other:?}"),
+    };
+    // It said only "invalid digit found in string", of a message with many fields.
+    let m = message("{\"req\": {\"customer\": {\"id\": \"c\"}, \"quantity\": \"two\"}}\n");
+    assert!(m.contains("field `quantity`"), "{m}");
+    let m = message("{\"req\": {\"customer\": {\"address\": {\"zip\": -1}}}}\n");
+    assert!(m.contains("field `customer.address.zip`"), "{m}");
+    let m = message("{\"req\": {}, \"resp\": {\"cart_id\": 7}}\n");
+    assert!(m.contains("`resp`"), "{m}");
+    assert!(m.contains("field `cart_id`"), "{m}");
+}

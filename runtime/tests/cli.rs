@@ -205,6 +205,36 @@ fn bad_inputs_get_a_clear_answer() {
 }
 
 #[test]
+fn sim_names_the_trace_file_line_and_field_of_a_bad_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = |trace: &str| {
+        let path = tmp.path().join("t.jsonl");
+        std::fs::write(&path, trace).unwrap();
+        let out = weft(&[
+            "sim",
+            "--config",
+            "examples/echo/weft.yaml",
+            "--edge",
+            "frontend->echo",
+            "--trace",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+        (path.display().to_string(), stderr(&out))
+    };
+    // Found while reading the trace, and found while running it: both name file and line
+    // alike (the second said only "trace line 2"), and the field a value does not fit.
+    let (path, err) = sim("{\"id\": 1}\n{\"id\": 2, \"req\": {\"user\": 7}}\n");
+    assert!(err.contains(&format!("{path}:2: `req`: ")), "{err}");
+    assert!(err.contains("field `user`"), "{err}");
+    let (path, err) = sim("{\"id\": 1}\n{\"id\": 2,, \"req\": {}}\n");
+    assert!(
+        err.contains(&format!("{path}:2: not JSON at column 10: ")),
+        "{err}"
+    );
+}
+
+#[test]
 fn sim_gives_the_same_run_with_either_executor() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

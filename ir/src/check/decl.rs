@@ -63,7 +63,8 @@ impl Checker<'_> {
                             args.len()
                         ),
                     );
-                    return Type::Dyn;
+                    // Still the collection it names (missing arguments unknown): as `Dyn`, a
+                    // `Map<string>` in state was a scalar, and each `get`/`set` on it said so.
                 }
                 let mut it = args.into_iter();
                 let a = it.next().unwrap_or(Type::Dyn);
@@ -296,10 +297,17 @@ impl Checker<'_> {
                 });
                 continue;
             };
+            let mut misfit = false;
             let default_value = match default {
                 Some(e) => {
                     let e = self.coerce(e, &ty, "the default value");
                     match e.kind {
+                        // A default of another type, reported by `coerce`: its placeholder
+                        // is no value, or its uses would fold to "always fails" warnings.
+                        ExprKind::Const(Value::Unit) if e.ty == Type::Dyn => {
+                            misfit = true;
+                            None
+                        }
                         ExprKind::Const(v) => Some(v),
                         _ => {
                             let span = p.default.as_ref().map_or(p.span, |d| d.span);
@@ -311,7 +319,6 @@ impl Checker<'_> {
                 }
                 None => None,
             };
-            let mut misfit = false;
             let value = match config_value {
                 Some(v) => match coerce_value(v, &ty) {
                     Ok(v) => Some(v),
@@ -325,7 +332,8 @@ impl Checker<'_> {
                 },
                 None => default_value,
             };
-            // A value of the wrong kind is reported above; "has no value" would be false.
+            // A value (or default) of the wrong kind is reported above; "has no value" would
+            // be false.
             if given.is_some() && value.is_none() && !misfit {
                 self.error(p.name.span, format!("parameter `{name}` has no value"))
                     .hint = Some(format!(

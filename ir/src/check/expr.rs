@@ -235,7 +235,12 @@ impl Checker<'_> {
         if let Some(b) = &self.body {
             candidates.extend(b.scopes.iter().flat_map(|s| s.names.keys().cloned()));
         }
-        let hint = did_you_mean(n, candidates.iter().map(String::as_str));
+        let hint = did_you_mean(n, candidates.iter().map(String::as_str)).or_else(|| {
+            let (e, number) = self.env.method?.enum_value(n)?;
+            Some(format!(
+                "`{n}` is a value of the proto enum `{e}`; Weft reads enum fields as `int`, so write its number, {number}"
+            ))
+        });
         let d = self.error(span, format!("unknown name `{n}`"));
         d.hint = hint.or_else(|| {
             Some("locals are created by assignment; state is declared in `state:`".into())

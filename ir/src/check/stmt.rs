@@ -406,10 +406,18 @@ impl Checker<'_> {
         let out = self.send_checked(args, span);
         // A `send` to `Up`/`Down` ends the handler even when it is malformed: that is where
         // the author meant it to end, so "can end without `send`" would be a false follow-on.
-        let ends_handler = matches!(
-            args.get(1).map(|a| &a.kind),
-            Some(ast::ExprKind::Name(n)) if matches!(n.as_str(), "Up" | "up" | "Down" | "down")
-        );
+        // So does one without a target (`send(rpc)`) or with a misspelt direction
+        // (`send(rpc, Dwn)`); a misspelt channel (`logs` for `log`) does not end it.
+        let ends_handler = match args.get(1).map(|a| &a.kind) {
+            None => true,
+            Some(ast::ExprKind::Name(n)) => {
+                matches!(n.as_str(), "Up" | "up" | "Down" | "down")
+                    || (!self.channel_index.contains_key(n)
+                        && did_you_mean(n, ["Up", "Down"]).is_some()
+                        && did_you_mean(n, self.channels.iter().map(String::as_str)).is_none())
+            }
+            Some(_) => false,
+        };
         if out.is_none() && ends_handler && self.handler() != Handler::Init {
             self.bx().reachable = false;
         }

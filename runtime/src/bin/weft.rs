@@ -15,7 +15,7 @@ use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
 use weft_ir::schema::{MethodSchema, Schema};
-use weft_ir::sim::{SimOptions, parse_trace, simulate_with, start_instance};
+use weft_ir::sim::{SimError, SimOptions, parse_trace, simulate_with, start_instance};
 use weft_jit::rig::{Rig, RunOutcome, ns_per_rpc, time_batches};
 use weft_jit::{Fusion, Jit};
 
@@ -555,7 +555,7 @@ fn cmd_sim(
     err!("{}", loaded.warnings);
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
-    let lines = parse_trace(&text).with_context(|| trace.display().to_string())?;
+    let lines = parse_trace(&text).map_err(|e| trace_error(trace, e))?;
     let jit = Jit::new(Fusion::Fused);
     let executor: &dyn weft_ir::sim::Executor = match outputs.executor {
         ExecutorKind::Jit => &jit,
@@ -567,7 +567,8 @@ fn cmd_sim(
         SimOptions { seed },
         cfg.sim.weak_sync_interval,
         executor,
-    )?;
+    )
+    .map_err(|e| trace_error(trace, e))?;
     if let (n, Some(e)) = jit.failures()
         && n > 0
     {
@@ -618,6 +619,16 @@ fn cmd_sim(
             .with_context(|| path.display().to_string())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A trace error as `path:line: what`, whether reading the trace or running it found it.
+fn trace_error(trace: &Path, e: SimError) -> anyhow::Error {
+    match e {
+        SimError::Trace { line, message } => {
+            anyhow::anyhow!("{}:{line}: {message}", trace.display())
+        }
+        e => e.into(),
+    }
 }
 
 /// Loads an edge; element source errors are printed with their carets (exit 1).
