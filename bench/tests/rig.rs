@@ -31,12 +31,12 @@ fn records_of(channels: &[ChannelRecord]) -> Records {
         .collect()
 }
 
-type Counters = Vec<(Vec<(String, Value)>, u64, u64, usize)>;
+type Counters = Vec<(Vec<(String, Value)>, u64, u64)>;
 
 fn state(rig: &mut Rig) -> Counters {
     rig.instances
         .iter_mut()
-        .map(|i| (i.store.snapshot(), i.errors, i.malformed, i.in_flight()))
+        .map(|i| (i.store.snapshot(), i.errors, i.malformed))
         .collect()
 }
 

@@ -329,6 +329,12 @@ impl StateStore for BlockStore {
     }
 }
 
+/// Host function ids no longer in use, never to be given to another function: an object
+/// compiled against the old table must not call the wrong one. 58 and 59 began and ended an
+/// RPC's scratch in each instance; the scratch now travels with the RPC
+/// (`weft_ir::interp::RpcScratch`).
+pub const RETIRED_HOST_FN_IDS: &[u32] = &[58, 59];
+
 /// The stable ids of the host functions. Compiled code for another machine (the
 /// cross-ISA object) imports them by [`HostFn::symbol`]; in-process code calls their
 /// addresses. New functions are added at the end; an id is never reused.
@@ -396,8 +402,7 @@ pub enum HostFn {
     Reject = 55,
     RespReject = 56,
     RespError = 57,
-    ScratchBegin = 58,
-    ScratchEnd = 59,
+    // 58 and 59 are retired ([`RETIRED_HOST_FN_IDS`]).
     UnboxBool = 60,
     /// `get(map_state, k)` matched by `Some(v)`/`None` patterns: the value's handle, or
     /// [`NONE`] — no Option is built.

@@ -22,7 +22,7 @@ use weft_hostcalls::{Code, Message, Value};
 
 use crate::check::coerce_value;
 use crate::config::{ElementUse, Position, Side};
-use crate::interp::{self, Host, Instance, RpcInfo, Verdict};
+use crate::interp::{self, Host, Instance, RpcInfo, RpcScratch, Verdict};
 use crate::ir::Element;
 use crate::json;
 use crate::layout::Layout;
@@ -381,8 +381,9 @@ struct InFlight {
     info: RpcInfo,
     method: usize,
     /// Each segment the request entered: its first chain position, how many of its elements
-    /// forwarded the request (their `resp` handlers run), and the replica it ran on.
-    segments: Vec<(usize, usize, String)>,
+    /// forwarded the request (their `resp` handlers run), the replica it ran on, and the
+    /// RPC's scratch there.
+    segments: Vec<(usize, usize, String, RpcScratch)>,
     outcome: Outcome,
     by: Option<String>,
     /// Set when the request was answered or rejected before reaching the server.
@@ -408,7 +409,8 @@ pub trait Executor {
     }
 
     /// Runs the request handlers of `elements` in chain order on one request, stopping at the
-    /// first element that rejects or replies.
+    /// first element that rejects or replies. `scratch` is the RPC's for this segment, fresh,
+    /// and is handed to the response handlers of the same elements.
     fn request(
         &self,
         elements: &[Arc<Element>],
@@ -416,9 +418,11 @@ pub trait Executor {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> SegmentRequest;
 
     /// Runs the response handlers of `elements[..=start]` from `start` back to 0.
+    #[allow(clippy::too_many_arguments)]
     fn response(
         &self,
         elements: &[Arc<Element>],
@@ -427,6 +431,7 @@ pub trait Executor {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> Message;
 }
 
@@ -446,18 +451,24 @@ pub struct SegmentRequest {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Interp;
 
-impl Executor for Interp {
-    fn request(
+impl Interp {
+    /// [`Executor::request`] on the segment's keys of the RPC's scratch (`slots`, from the
+    /// first element's): a compiled executor that falls back to the interpreter for part of
+    /// a segment hands it that part's.
+    pub fn request_in(
         &self,
         elements: &[Arc<Element>],
         instances: &mut [&mut Instance],
         mut msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> SegmentRequest {
+        let at = interp::scratch_offsets(elements);
         for (k, (e, inst)) in elements.iter().zip(instances.iter_mut()).enumerate() {
             let routed = msg.headers.get("dst").cloned();
-            match interp::on_request(inst, e, msg, rpc, host) {
+            let keys = slots.get_mut(at[k]..at[k + 1]).unwrap_or_default();
+            match interp::on_request(inst, e, msg, rpc, host, keys) {
                 Verdict::Forward(m) => msg = m,
                 verdict => {
                     return SegmentRequest {
@@ -475,7 +486,10 @@ impl Executor for Interp {
         }
     }
 
-    fn response(
+    /// [`Executor::response`] on the segment's keys of the RPC's scratch (as
+    /// [`Interp::request_in`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn response_in(
         &self,
         elements: &[Arc<Element>],
         instances: &mut [&mut Instance],
@@ -483,13 +497,45 @@ impl Executor for Interp {
         mut msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> Message {
+        let at = interp::scratch_offsets(elements);
         for k in (0..=start.min(elements.len().saturating_sub(1))).rev() {
             if let (Some(e), Some(inst)) = (elements.get(k), instances.get_mut(k)) {
-                msg = interp::on_response(inst, e, msg, rpc, host);
+                let keys = slots.get_mut(at[k]..at[k + 1]).unwrap_or_default();
+                msg = interp::on_response(inst, e, msg, rpc, host, keys);
             }
         }
         msg
+    }
+}
+
+impl Executor for Interp {
+    fn request(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
+    ) -> SegmentRequest {
+        let slots = scratch.slots(interp::scratch_len(elements));
+        self.request_in(elements, instances, msg, rpc, host, slots)
+    }
+
+    fn response(
+        &self,
+        elements: &[Arc<Element>],
+        instances: &mut [&mut Instance],
+        start: usize,
+        msg: Message,
+        rpc: &RpcInfo,
+        host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
+    ) -> Message {
+        let slots = scratch.slots(interp::scratch_len(elements));
+        self.response_in(elements, instances, start, msg, rpc, host, slots)
     }
 }
 
@@ -998,10 +1044,16 @@ impl<'a> Sim<'a> {
                 clock: &self.clock,
                 channels: &mut self.channels,
             };
-            let done = self
-                .executor
-                .request(&irs, &mut instances, msg, &flight.info, &mut host);
-            flight.segments.push((k, done.decided, replica));
+            let mut scratch = RpcScratch::default();
+            let done = self.executor.request(
+                &irs,
+                &mut instances,
+                msg,
+                &flight.info,
+                &mut host,
+                &mut scratch,
+            );
+            flight.segments.push((k, done.decided, replica, scratch));
             // Past the end when every element forwarded; only read on a rejection or reply.
             let by = k + done.decided;
             match done.verdict {
@@ -1049,7 +1101,7 @@ impl<'a> Sim<'a> {
                 m
             }
         };
-        for (k, ran, replica) in flight.segments.iter().rev() {
+        for (k, ran, replica, scratch) in flight.segments.iter_mut().rev() {
             if *ran == 0 {
                 continue;
             }
@@ -1071,6 +1123,7 @@ impl<'a> Sim<'a> {
                 resp,
                 &flight.info,
                 &mut host,
+                scratch,
             );
         }
         let server = flight.server_request.as_ref();

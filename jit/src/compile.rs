@@ -45,6 +45,9 @@ pub struct Compiled {
     pub(crate) elements: Vec<Arc<Element>>,
     /// Per element: the layout of the state block its code addresses, if it addresses one.
     pub(crate) blocks: Vec<Option<BlockLayout>>,
+    /// Where each element's keys start in an RPC's scratch, and where the last one's end
+    /// ([`weft_ir::interp::scratch_offsets`]).
+    pub(crate) scratch_at: Vec<usize>,
     pub(crate) parts: Vec<Part>,
     pub(crate) tables: Tables,
     /// Only touched when the version is dropped; the mutex makes the version `Sync`.
@@ -211,6 +214,7 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
     }
     Ok(Compiled {
         blocks: block_layouts(elements),
+        scratch_at: weft_ir::interp::scratch_offsets(elements),
         elements: elements.to_vec(),
         parts,
         tables,
@@ -293,6 +297,7 @@ impl Compiled {
             .collect();
         Ok(Compiled {
             blocks: block_layouts(elements),
+            scratch_at: weft_ir::interp::scratch_offsets(elements),
             elements: elements.to_vec(),
             parts,
             tables,

@@ -9,7 +9,7 @@ use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Code, Message, SeededRng, Value, VirtualClock};
 use weft_ir::check::{CheckEnv, check};
 use weft_ir::diag::{SourceFile, has_errors};
-use weft_ir::interp::{self, Host, Instance, RpcInfo};
+use weft_ir::interp::{self, Host, Instance, RpcInfo, RpcScratch};
 use weft_ir::ir::Element;
 use weft_ir::parser::parse;
 use weft_ir::schema::{FieldPath, MethodSchema, resolve_path};
@@ -208,17 +208,27 @@ pub fn compare_program(
         };
         let request_rpc = rpc.clone();
         let mut outs: Vec<SegmentRequest> = Vec::new();
-        for (j, w) in worlds.iter_mut().take(2).enumerate() {
+        // The RPC's scratch in each world, from its request to its response.
+        let mut scratches = [RpcScratch::default(), RpcScratch::default()];
+        for ((j, w), scratch) in worlds.iter_mut().take(2).enumerate().zip(&mut scratches) {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
             let mut host = Host {
                 clock: &clock,
                 channels: &mut w.channels,
             };
             outs.push(if j == 0 {
-                Interp.request(&chain, &mut insts, req.clone(), &rpc, &mut host)
+                Interp.request(&chain, &mut insts, req.clone(), &rpc, &mut host, scratch)
             } else {
-                compiled.request(&mut bufs, &mut insts, req.clone(), &rpc, &mut host)
+                compiled.request(&mut bufs, &mut insts, req.clone(), &rpc, &mut host, scratch)
             });
+        }
+        if outs[0] == outs[1] && scratches[0] != scratches[1] {
+            return fail(format!(
+                "rpc {}: the request handlers left different scratch\n interp: {:?}\n    jit: {:?}",
+                i + 1,
+                scratches[0],
+                scratches[1]
+            ));
         }
         if outs[0] != outs[1] {
             return fail(format!(
@@ -265,6 +275,7 @@ pub fn compare_program(
                 Arc::new(req.clone()),
                 &request_rpc,
                 &mut host,
+                &mut RpcScratch::default(),
                 || Arc::new(resp.clone()),
             )
         };
@@ -287,14 +298,23 @@ pub fn compare_program(
             continue;
         }
         let mut backs = Vec::new();
-        for (j, w) in worlds.iter_mut().take(2).enumerate() {
+        for ((j, w), scratch) in worlds.iter_mut().take(2).enumerate().zip(&mut scratches) {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
             let mut host = Host {
                 clock: &clock,
                 channels: &mut w.channels,
             };
             backs.push(if j == 0 {
-                Interp.response(&chain, &mut insts, start - 1, resp.clone(), &rpc, &mut host)
+                let resp = resp.clone();
+                Interp.response(
+                    &chain,
+                    &mut insts,
+                    start - 1,
+                    resp,
+                    &rpc,
+                    &mut host,
+                    scratch,
+                )
             } else {
                 compiled.response(
                     &mut bufs,
@@ -303,8 +323,17 @@ pub fn compare_program(
                     resp.clone(),
                     &rpc,
                     &mut host,
+                    scratch,
                 )
             });
+        }
+        if backs[0] == backs[1] && scratches[0] != scratches[1] {
+            return fail(format!(
+                "rpc {}: the response handlers left different scratch\n interp: {:?}\n    jit: {:?}",
+                i + 1,
+                scratches[0],
+                scratches[1]
+            ));
         }
         if backs[0] != backs[1] {
             return fail(format!(
@@ -341,10 +370,10 @@ pub fn compare_program(
 /// state and channel records.
 fn same_worlds(a: &mut World, b: &mut World) -> Result<(), String> {
     for (x, y) in a.instances.iter_mut().zip(b.instances.iter_mut()) {
-        let counters = |i: &Instance| (i.errors, i.iteration_limited, i.malformed, i.in_flight());
+        let counters = |i: &Instance| (i.errors, i.iteration_limited, i.malformed);
         if counters(x) != counters(y) {
             return Err(format!(
-                "{}: counters (errors, iteration-limited, malformed, in flight) differ: \
+                "{}: counters (errors, iteration-limited, malformed) differ: \
                  interp {:?}, jit {:?}",
                 x.name,
                 counters(x),

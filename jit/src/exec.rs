@@ -9,7 +9,7 @@ use weft_hostcalls::abi::{BlockStore, BlockVar, RpcCtx, verdict};
 use weft_hostcalls::state::StateStore;
 use weft_hostcalls::{Code, Message, Value};
 use weft_ir::eval::RuntimeError;
-use weft_ir::interp::{Host, Instance, RpcInfo, Verdict};
+use weft_ir::interp::{Host, Instance, RpcInfo, RpcScratch, Verdict};
 use weft_ir::ir::{Element, Handler};
 use weft_ir::sim::{Executor, Interp, SegmentRequest};
 
@@ -123,8 +123,9 @@ impl Compiled {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> SegmentRequest {
-        self.request_shared(bufs, instances, Arc::new(msg), rpc, host)
+        self.request_shared(bufs, instances, Arc::new(msg), rpc, host, scratch)
             .unshared()
     }
 
@@ -137,9 +138,11 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> SharedRequest {
         self.collect_blocks(instances, &mut bufs.blocks);
-        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        let slots = scratch.slots(self.scratch_len());
+        let out = self.request_parts(bufs, instances, msg, rpc, host, slots);
         bufs.blocks.clear();
         out
     }
@@ -152,6 +155,7 @@ impl Compiled {
     /// `routed`, as the simulator does between the directions). Returns the request's
     /// outcome and the response that leaves the segment (`None` when the first element
     /// answered, so no response handler ran).
+    #[allow(clippy::too_many_arguments)]
     pub fn round_trip(
         &self,
         bufs: &mut Buffers,
@@ -159,24 +163,27 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
         respond: impl FnOnce() -> Arc<Message>,
     ) -> (SharedRequest, Option<Arc<Message>>) {
         self.collect_blocks(instances, &mut bufs.blocks);
+        let slots = scratch.slots(self.scratch_len());
         if let [part] = self.parts.as_slice()
             && self.has_blocks(part, &bufs.blocks)
         {
             // SAFETY: the only part, and `has_blocks` held for it just above.
             #[allow(unsafe_code)]
-            let out =
-                unsafe { self.round_trip_fused(part, bufs, instances, msg, rpc, host, respond) };
+            let out = unsafe {
+                self.round_trip_fused(part, bufs, instances, msg, rpc, host, slots, respond)
+            };
             bufs.blocks.clear();
             return out;
         }
-        let out = self.request_parts(bufs, instances, msg, rpc, host);
+        let out = self.request_parts(bufs, instances, msg, rpc, host, slots);
         let (start, resp) = out.answer(self.elements.len(), respond);
         let rpc = routed(rpc, &out);
-        let back =
-            (start > 0).then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host));
+        let back = (start > 0)
+            .then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host, slots));
         bufs.blocks.clear();
         (out, back)
     }
@@ -188,11 +195,13 @@ impl Compiled {
         mut msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> SharedRequest {
         let mut last = None;
         for part in &self.parts {
             let r = part.range.clone();
-            let out = self.run_request(part, bufs, &mut instances[r.clone()], msg, rpc, host);
+            let insts = &mut instances[r.clone()];
+            let out = self.run_request(part, bufs, insts, msg, rpc, host, slots);
             match out.verdict {
                 SharedVerdict::Forward(m) => {
                     msg = m;
@@ -215,6 +224,7 @@ impl Compiled {
     }
 
     /// Runs the response handlers of elements `start..=0` (as [`Executor::response`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn response(
         &self,
         bufs: &mut Buffers,
@@ -223,11 +233,14 @@ impl Compiled {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> Message {
-        Arc::unwrap_or_clone(self.response_shared(bufs, instances, start, Arc::new(msg), rpc, host))
+        let msg = Arc::new(msg);
+        Arc::unwrap_or_clone(self.response_shared(bufs, instances, start, msg, rpc, host, scratch))
     }
 
     /// [`Compiled::response`] on a shared message.
+    #[allow(clippy::too_many_arguments)]
     pub fn response_shared(
         &self,
         bufs: &mut Buffers,
@@ -236,13 +249,16 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> Arc<Message> {
         self.collect_blocks(instances, &mut bufs.blocks);
-        let out = self.response_parts(bufs, instances, start, msg, rpc, host);
+        let slots = scratch.slots(self.scratch_len());
+        let out = self.response_parts(bufs, instances, start, msg, rpc, host, slots);
         bufs.blocks.clear();
         out
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn response_parts(
         &self,
         bufs: &mut Buffers,
@@ -251,6 +267,7 @@ impl Compiled {
         mut msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> Arc<Message> {
         for part in self.parts.iter().rev() {
             let r = part.range.clone();
@@ -258,9 +275,15 @@ impl Compiled {
                 continue;
             }
             let local_start = start.min(r.end - 1) - r.start;
-            msg = self.run_response(part, bufs, &mut instances[r], local_start, msg, rpc, host);
+            let insts = &mut instances[r];
+            msg = self.run_response(part, bufs, insts, local_start, msg, rpc, host, slots);
         }
         msg
+    }
+
+    /// How many keys the segment's elements keep in an RPC's scratch.
+    fn scratch_len(&self) -> usize {
+        self.scratch_at.last().copied().unwrap_or(0)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -275,6 +298,7 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &'a RpcInfo,
         host: &'a mut Host<'h>,
+        slots: &'a mut [Option<Value>],
     ) -> Frame<'a, 'i, 'h> {
         first_value(&mut bufs.arena, msg);
         bufs.extracted.msg = UNIT;
@@ -288,6 +312,8 @@ impl Compiled {
             tables: &self.tables,
             elements: &self.elements[part.range.clone()],
             instances,
+            scratch: slots,
+            scratch_at: self.scratch_at.get(part.range.start..).unwrap_or_default(),
             rpc,
             handler,
             records: host.channels.enabled(),
@@ -300,6 +326,7 @@ impl Compiled {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_request(
         &self,
         part: &Part,
@@ -308,12 +335,15 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> SharedRequest {
         if !self.has_blocks(part, &bufs.blocks) {
             // An instance whose store has no state block (made by another executor): the
             // interpreter runs it, reading the same store.
             let els = &self.elements[part.range.clone()];
-            let out = Interp.request(els, instances, Arc::unwrap_or_clone(msg), rpc, host);
+            let msg = Arc::unwrap_or_clone(msg);
+            let keys = self.part_slots(part, slots);
+            let out = Interp.request_in(els, instances, msg, rpc, host, keys);
             return SharedRequest {
                 decided: out.decided,
                 routed: out.routed,
@@ -324,10 +354,10 @@ impl Compiled {
                 },
             };
         }
-        let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
+        let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host, slots);
         // SAFETY: `has_blocks` held just above, and `frame` is the one built for `part`.
         #[allow(unsafe_code)]
-        let out = unsafe { self.call_request(part, &mut frame, rpc) };
+        let out = unsafe { self.call_request(part, &mut frame) };
         spent(frame.arena);
         out
     }
@@ -342,12 +372,7 @@ impl Compiled {
     /// [`Compiled::has_blocks`] held for `part` on the blocks it was built from.
     #[inline(always)]
     #[allow(unsafe_code)]
-    unsafe fn call_request(
-        &self,
-        part: &Part,
-        frame: &mut Frame<'_, '_, '_>,
-        rpc: &RpcInfo,
-    ) -> SharedRequest {
+    unsafe fn call_request(&self, part: &Part, frame: &mut Frame<'_, '_, '_>) -> SharedRequest {
         // SAFETY: `part.req` was finalised in `self`'s module, alive while `self` is
         // borrowed; the caller guarantees every state block the code addresses is there
         // with the layout it was compiled for. Everything else the code reaches goes
@@ -361,12 +386,11 @@ impl Compiled {
             reject,
             frame.arena,
             frame.instances,
-            rpc,
         )
     }
 
     /// What a request function left in its frame, as the segment's outcome; counts a failure
-    /// against the deciding element and ends its scratch when its `resp` will not run.
+    /// against the deciding element.
     /// Inlined so the outcome is built where the caller returns it: built behind a call and
     /// copied back, its narrow stores were reread with wide loads, which stall.
     #[allow(clippy::too_many_arguments)]
@@ -379,7 +403,6 @@ impl Compiled {
         reject: String,
         arena: &mut [Value],
         instances: &mut [&mut Instance],
-        rpc: &RpcInfo,
     ) -> SharedRequest {
         let n = part.range.len();
         let decided = (ctx.decided as usize).min(n);
@@ -404,10 +427,6 @@ impl Compiled {
                 self.failure(part, decided, error, taken.is_some(), arena, ctx, instances)
             }
         };
-        if let Some(inst) = instances.get_mut(decided) {
-            // This element's `resp` will not run for the RPC: its scratch ends here.
-            inst.scratch_end(rpc.id);
-        }
         SharedRequest {
             decided,
             verdict,
@@ -455,13 +474,16 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
     ) -> Arc<Message> {
         if !self.has_blocks(part, &bufs.blocks) {
             let els = &self.elements[part.range.clone()];
-            let m = Interp.response(els, instances, start, Arc::unwrap_or_clone(msg), rpc, host);
+            let msg = Arc::unwrap_or_clone(msg);
+            let keys = self.part_slots(part, slots);
+            let m = Interp.response_in(els, instances, start, msg, rpc, host, keys);
             return Arc::new(m);
         }
-        let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host);
+        let mut frame = self.frame(part, bufs, instances, Handler::Resp, msg, rpc, host, slots);
         frame.ctx.start = start as u32;
         // SAFETY: as in `call_request`: the module lives with `self`, `has_blocks` held
         // above, and `frame` was built for `part`.
@@ -513,16 +535,26 @@ impl Compiled {
         msg: Arc<Message>,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        slots: &mut [Option<Value>],
         respond: impl FnOnce() -> Arc<Message>,
     ) -> (SharedRequest, Option<Arc<Message>>) {
         let n = part.range.len();
         // The frame lives in this block and is dropped where it is: `drop(frame)` moved all
         // of it first (a 240-byte copy per call).
         let (out, back, rerouted_answer) = {
-            let mut frame = self.frame(part, bufs, instances, Handler::Req, msg, rpc, host);
+            let mut frame = self.frame(
+                part,
+                bufs,
+                instances,
+                Handler::Req,
+                msg,
+                rpc,
+                host,
+                &mut *slots,
+            );
             // SAFETY: the caller checked `has_blocks` for this part; `frame` is its.
             #[allow(unsafe_code)]
-            let out = unsafe { self.call_request(part, &mut frame, rpc) };
+            let out = unsafe { self.call_request(part, &mut frame) };
             let (start, resp) = out.answer(n, respond);
             // A request that changed the routing needs another `RpcInfo` for the response,
             // which this frame cannot point at: that (rare) response gets a frame of its own
@@ -557,10 +589,22 @@ impl Compiled {
         };
         if let Some((start, resp)) = rerouted_answer {
             let rpc = routed(rpc, &out);
-            let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host);
+            let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host, slots);
             return (out, Some(back));
         }
         (out, back)
+    }
+
+    /// The keys of `part`'s elements in the segment's scratch `slots`.
+    fn part_slots<'s>(
+        &self,
+        part: &Part,
+        slots: &'s mut [Option<Value>],
+    ) -> &'s mut [Option<Value>] {
+        let at = |k: usize| self.scratch_at.get(k).copied().unwrap_or(0);
+        slots
+            .get_mut(at(part.range.start)..at(part.range.end))
+            .unwrap_or_default()
     }
 
     /// Collects the state block of every element whose code needs one (null otherwise, and
@@ -731,10 +775,11 @@ impl Executor for Jit {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> SegmentRequest {
         match (self.segment(elements), self.bufs.lock()) {
-            (Some(c), Ok(mut bufs)) => c.request(&mut bufs, instances, msg, rpc, host),
-            _ => Interp.request(elements, instances, msg, rpc, host),
+            (Some(c), Ok(mut bufs)) => c.request(&mut bufs, instances, msg, rpc, host, scratch),
+            _ => Interp.request(elements, instances, msg, rpc, host, scratch),
         }
     }
 
@@ -746,10 +791,13 @@ impl Executor for Jit {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> Message {
         match (self.segment(elements), self.bufs.lock()) {
-            (Some(c), Ok(mut bufs)) => c.response(&mut bufs, instances, start, msg, rpc, host),
-            _ => Interp.response(elements, instances, start, msg, rpc, host),
+            (Some(c), Ok(mut bufs)) => {
+                c.response(&mut bufs, instances, start, msg, rpc, host, scratch)
+            }
+            _ => Interp.response(elements, instances, start, msg, rpc, host, scratch),
         }
     }
 }

@@ -113,6 +113,11 @@ pub struct Frame<'a, 'i, 'h> {
     pub tables: &'a Tables,
     pub elements: &'a [Arc<Element>],
     pub instances: &'a mut [&'i mut Instance],
+    /// The RPC's scratch for the whole segment, and where each element of this part has
+    /// its keys in it ([`weft_ir::interp::scratch_offsets`] of the segment, from the
+    /// part's first element).
+    pub scratch: &'a mut [Option<Value>],
+    pub scratch_at: &'a [usize],
     pub rpc: &'a RpcInfo,
     pub handler: Handler,
     pub host: &'a mut Host<'h>,
@@ -298,6 +303,21 @@ impl Frame<'_, '_, '_> {
             .and_then(|k| self.instances.get_mut(k))
             .map(|i| &mut **i)
             .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))
+    }
+
+    /// Key `key` of element `elem` (of this part) in the RPC's scratch.
+    fn scratch_slot(&mut self, elem: i64, key: u64) -> Result<&mut Option<Value>, RuntimeError> {
+        let slot = usize::try_from(elem).ok().and_then(|k| {
+            let (start, end) = (*self.scratch_at.get(k)?, *self.scratch_at.get(k + 1)?);
+            let i = start.checked_add(usize::try_from(key).ok()?)?;
+            (i < end).then_some(i)
+        });
+        match slot.and_then(|i| self.scratch.get_mut(i)) {
+            Some(slot) => Ok(slot),
+            None => Err(RuntimeError::Type(format!(
+                "metadata key {key} of element {elem} outside the RPC's scratch"
+            ))),
+        }
     }
 
     fn element(&self, elem: i64) -> Result<&Arc<Element>, RuntimeError> {
@@ -1150,24 +1170,16 @@ extern "C" fn hc_header_set(f: F, msg: u64, name: u64, value: u64) -> u64 {
 
 extern "C" fn hc_metadata_get(f: F, elem: i64, key: u64) -> u64 {
     guard(f, UNIT, |f| {
-        let id = f.rpc.id;
-        let v = f
-            .instance(elem)?
-            .scratch_get(id, key as usize)
-            .cloned()
-            .map_or(Value::none(), Value::some);
-        Ok(f.put(v))
+        let v = f.scratch_slot(elem, key)?.clone();
+        Ok(f.put(v.map_or(Value::none(), Value::some)))
     })
 }
 
 /// `get_metadata(key)` under a `Some`/`None` match: the value, or [`NONE`].
 extern "C" fn hc_metadata_probe(f: F, elem: i64, key: u64) -> u64 {
-    guard(f, NONE, |f| {
-        let id = f.rpc.id;
-        match f.instance(elem)?.scratch_get(id, key as usize).cloned() {
-            Some(v) => Ok(f.put(v)),
-            None => Ok(NONE),
-        }
+    guard(f, NONE, |f| match f.scratch_slot(elem, key)?.clone() {
+        Some(v) => Ok(f.put(v)),
+        None => Ok(NONE),
     })
 }
 
@@ -1182,8 +1194,7 @@ extern "C" fn hc_state_probe(f: F, elem: i64, var: u64, key: u64) -> u64 {
 extern "C" fn hc_metadata_set(f: F, elem: i64, key: u64, value: u64) {
     guard(f, (), |f| {
         let v = f.take_clone(value)?;
-        let id = f.rpc.id;
-        f.instance(elem)?.scratch_set(id, key as usize, v);
+        *f.scratch_slot(elem, key)? = Some(v);
         Ok(())
     })
 }
@@ -1260,14 +1271,10 @@ extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
 extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
     guard(f, (), |f| {
         let kind = scalar_kind(kind)?;
-        let id = f.rpc.id;
-        if let Some(slot) = f.instance(elem)?.scratch_slot(id, key as usize) {
-            // Built in the slot (see `Instance::scratch_slot`).
-            *slot = Some(
-                kind.int_value(v)
-                    .ok_or_else(|| int_register_mismatch(kind))?,
-            );
-        }
+        let v = kind
+            .int_value(v)
+            .ok_or_else(|| int_register_mismatch(kind))?;
+        *f.scratch_slot(elem, key)? = Some(v);
         Ok(())
     })
 }
@@ -1275,14 +1282,10 @@ extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
 extern "C" fn hc_metadata_set_f(f: F, elem: i64, key: u64, v: f64, kind: i64) {
     guard(f, (), |f| {
         let kind = scalar_kind(kind)?;
-        let id = f.rpc.id;
-        if let Some(slot) = f.instance(elem)?.scratch_slot(id, key as usize) {
-            // Built in the slot (see `Instance::scratch_slot`).
-            *slot = Some(
-                kind.float_value(v)
-                    .ok_or_else(|| float_register_mismatch(kind))?,
-            );
-        }
+        let v = kind
+            .float_value(v)
+            .ok_or_else(|| float_register_mismatch(kind))?;
+        *f.scratch_slot(elem, key)? = Some(v);
         Ok(())
     })
 }
@@ -1292,9 +1295,8 @@ extern "C" fn hc_metadata_set_f(f: F, elem: i64, key: u64, v: f64, kind: i64) {
 extern "C" fn hc_metadata_probe_i(f: F, elem: i64, key: u64, kind: i64) -> i64 {
     f.ctx.found = 0;
     guard(f, 0, |f| {
-        let id = f.rpc.id;
         let bool_kind = kind == ScalarKind::Bool as i64;
-        let r = match f.instance(elem)?.scratch_get(id, key as usize) {
+        let r = match f.scratch_slot(elem, key)? {
             None => return Ok(0),
             Some(Value::Bool(b)) if bool_kind => i64::from(*b),
             Some(other) if bool_kind => {
@@ -1314,8 +1316,7 @@ extern "C" fn hc_metadata_probe_i(f: F, elem: i64, key: u64, kind: i64) -> i64 {
 extern "C" fn hc_metadata_probe_f(f: F, elem: i64, key: u64) -> f64 {
     f.ctx.found = 0;
     guard(f, 0.0, |f| {
-        let id = f.rpc.id;
-        let r = match f.instance(elem)?.scratch_get(id, key as usize) {
+        let r = match f.scratch_slot(elem, key)? {
             None => return Ok(0.0),
             Some(v) => float_of(v)?,
         };
@@ -1414,23 +1415,6 @@ extern "C" fn hc_resp_error(f: F, elem: i64, entry: u64) -> u64 {
     })))
 }
 
-extern "C" fn hc_scratch_begin(f: F, elem: i64) {
-    guard(f, (), |f| {
-        let n = f.element(elem)?.metadata.len();
-        let id = f.rpc.id;
-        f.instance(elem)?.scratch_begin(id, n);
-        Ok(())
-    })
-}
-
-extern "C" fn hc_scratch_end(f: F, elem: i64) {
-    guard(f, (), |f| {
-        let id = f.rpc.id;
-        f.instance(elem)?.scratch_end(id);
-        Ok(())
-    })
-}
-
 /// The parameter and result types of a host function, after the context pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ty {
@@ -1513,8 +1497,6 @@ pub fn host_fn(id: HostFn) -> (*const u8, Sig) {
         Reject => (hc_reject as *const u8, sig(&[I], None)),
         RespReject => (hc_resp_reject as *const u8, sig(&[I, I, I], Some(I))),
         RespError => (hc_resp_error as *const u8, sig(&[I, I], Some(I))),
-        ScratchBegin => (hc_scratch_begin as *const u8, sig(&[I], None)),
-        ScratchEnd => (hc_scratch_end as *const u8, sig(&[I], None)),
         StateProbe => (hc_state_probe as *const u8, sig(&[I, I, I], Some(I))),
         MetadataProbe => (hc_metadata_probe as *const u8, sig(&[I, I], Some(I))),
         MetadataSetI => (hc_metadata_set_i as *const u8, sig(&[I, I, I, I], None)),
@@ -1600,8 +1582,6 @@ pub const ALL: &[HostFn] = &{
         Reject,
         RespReject,
         RespError,
-        ScratchBegin,
-        ScratchEnd,
         StateProbe,
         MetadataProbe,
         MetadataSetI,
@@ -1656,6 +1636,10 @@ mod tests {
     fn every_host_function_id_is_listed_once() {
         let mut ids: Vec<u32> = ALL.iter().map(|f| *f as u32).collect();
         ids.sort_unstable();
-        assert_eq!(ids, (0..ALL.len() as u32).collect::<Vec<_>>());
+        let last = ids.last().copied().unwrap_or(0);
+        let expected: Vec<u32> = (0..=last)
+            .filter(|id| !weft_hostcalls::abi::RETIRED_HOST_FN_IDS.contains(id))
+            .collect();
+        assert_eq!(ids, expected);
     }
 }

@@ -1715,10 +1715,6 @@ pub fn lower_request<M: Module>(
             err,
         };
         enter_element(&mut fx, k, e, h);
-        if !e.metadata.is_empty() {
-            let el = fx.elem();
-            fx.call(HostFn::ScratchBegin, &[el]);
-        }
         fx.block(&e.req.block);
         fx.fall_off();
         // Exits of this element.
@@ -1809,10 +1805,6 @@ pub fn lower_response<M: Module>(
         let m = fx.callv(HostFn::RespError, &[el, h]);
         fx.jump(afters[k], &[m]);
         fx.b.switch_to_block(afters[k]);
-        if !e.metadata.is_empty() {
-            let el = fx.elem();
-            fx.call(HostFn::ScratchEnd, &[el]);
-        }
         let prev = if k == 0 { done } else { starts[k - 1] };
         let m = after_params[k];
         fx.jump(prev, &[m]);

@@ -19,7 +19,7 @@ use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
-use weft_ir::interp::{self, Host, Instance, RpcInfo, Verdict};
+use weft_ir::interp::{self, Host, Instance, RpcInfo, RpcScratch, Verdict};
 use weft_ir::ir::Element;
 use weft_ir::sim::{Executor, Interp, var_specs};
 
@@ -251,6 +251,8 @@ impl Rig {
             clock: &self.clock,
             channels: &mut self.channels,
         };
+        // The RPC's scratch, from its request to its response, as a runtime keeps it.
+        let mut scratch = RpcScratch::default();
         let outcome = match &mut self.runner {
             Runner::Interp => {
                 let (req, response) = match input.messages {
@@ -262,7 +264,14 @@ impl Rig {
                     }
                     shared => shared.owned(),
                 };
-                let out = Interp.request(&self.elements, &mut insts, req, rpc, &mut host);
+                let out = Interp.request(
+                    &self.elements,
+                    &mut insts,
+                    req,
+                    rpc,
+                    &mut host,
+                    &mut scratch,
+                );
                 let (start, resp, outcome) = match out.verdict {
                     Verdict::Forward(req) => {
                         self.delivered_owned.push(req);
@@ -298,6 +307,7 @@ impl Rig {
                         resp,
                         rpc,
                         &mut host,
+                        &mut scratch,
                     );
                     self.delivered_owned.push(answer);
                 }
@@ -307,10 +317,12 @@ impl Rig {
                 // Messages stay shared end to end, as the runtime keeps them.
                 let (req, response) = input.messages.shared();
                 let mut response = Some(response);
-                let (out, answer) = c.round_trip(bufs, &mut insts, req, rpc, &mut host, || {
-                    // `round_trip` asks at most once.
-                    (response.take()).unwrap_or_else(|| Arc::new(Message::response(Vec::new())))
-                });
+                let scratch = &mut scratch;
+                let (out, answer) =
+                    c.round_trip(bufs, &mut insts, req, rpc, &mut host, scratch, || {
+                        // `round_trip` asks at most once.
+                        (response.take()).unwrap_or_else(|| Arc::new(Message::response(Vec::new())))
+                    });
                 if let Some(unused) = response {
                     self.unused_shared.push(unused);
                 }

@@ -80,13 +80,15 @@ fn a_block_of_another_layout_is_left_to_the_interpreter() {
         let mut bufs = Buffers::default();
         for n in 0..3 {
             let msg = || Message::request(vec![]);
-            let got = compiled.request(&mut bufs, &mut [&mut jit], msg(), &rpc(), &mut host);
+            let s = &mut Default::default();
+            let got = compiled.request(&mut bufs, &mut [&mut jit], msg(), &rpc(), &mut host, s);
             let want = Interp.request(
                 std::slice::from_ref(&e),
                 &mut [&mut oracle],
                 msg(),
                 &rpc(),
                 &mut host,
+                &mut Default::default(),
             );
             assert_eq!(got, want, "request {n} with a block of layout {layout:?}");
             assert_eq!(
@@ -183,6 +185,7 @@ resp(rpc):
             Message::request(vec![]),
             &rpc(),
             &mut host,
+            &mut Default::default(),
         );
         assert!(
             matches!(out.verdict, Verdict::Forward(_)),

@@ -146,6 +146,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
             Message::request(req.to_vec()),
             &rpc,
             &mut host,
+            &mut Default::default(),
         )
     };
     let rb = {
@@ -159,6 +160,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
             Message::request(req.to_vec()),
             &rpc,
             &mut host,
+            &mut Default::default(),
         )
     };
     assert_eq!(ra, rb, "request {req:?}");
@@ -176,6 +178,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
                 Message::response(resp.to_vec()),
                 &rpc,
                 &mut host,
+                &mut Default::default(),
             )
         };
         let bb = {
@@ -190,6 +193,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
                 Message::response(resp.to_vec()),
                 &rpc,
                 &mut host,
+                &mut Default::default(),
             )
         };
         assert_eq!(ba, bb, "response {resp:?}");

@@ -41,6 +41,7 @@ fn a_panicking_clock_fails_the_rpc_instead_of_aborting() {
         Message::request(vec![]),
         &rpc(),
         &mut host,
+        &mut Default::default(),
     );
     match out.verdict {
         Verdict::Reject { code, message } => {
@@ -105,6 +106,7 @@ fn a_failed_clock_read_fails_the_element_that_read_it() {
             Message::request(vec![]),
             &rpc(),
             &mut host,
+            &mut Default::default(),
         );
         assert!(
             matches!(&out.verdict, Verdict::Reject { code: Code::Internal, message } if message.starts_with("a: ")),

@@ -156,6 +156,7 @@ fn each_element_of_a_fused_chain_has_its_own_count() {
         msg.clone(),
         &common::rpc(),
         &mut host,
+        &mut Default::default(),
     );
     let got = compiled.request(
         &mut weft_jit::Buffers::default(),
@@ -163,6 +164,7 @@ fn each_element_of_a_fused_chain_has_its_own_count() {
         msg,
         &common::rpc(),
         &mut host,
+        &mut Default::default(),
     );
     for (executor, out) in [("interpreter", want), ("jit", got)] {
         assert!(

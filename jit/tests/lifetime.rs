@@ -36,6 +36,7 @@ fn run(c: &Compiled, (e, method): &(Arc<Element>, MethodSchema), user: &str) -> 
         Message::request(bytes),
         &rpc(),
         &mut host,
+        &mut Default::default(),
     );
     matches!(out.verdict, Verdict::Forward(_))
 }

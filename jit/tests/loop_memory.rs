@@ -61,6 +61,7 @@ fn a_loop_that_grows_a_string_keeps_only_the_latest() {
         with_tags(&tags),
         &rpc(),
         &mut host,
+        &mut Default::default(),
     );
     assert!(
         matches!(out.verdict, Verdict::Forward(_)),

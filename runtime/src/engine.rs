@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use weft_hostcalls::clock::Clock;
 use weft_hostcalls::{Code, Message, MsgKind};
 use weft_ir::config::Side;
-use weft_ir::interp::{Host, Instance, RpcInfo};
+use weft_ir::interp::{Host, Instance, RpcInfo, RpcScratch};
 use weft_ir::layout::Layout;
 use weft_jit::Buffers;
 use weft_jit::exec::{SharedVerdict, emptied};
@@ -248,8 +248,8 @@ pub enum ServerResponse {
 }
 
 /// One RPC between its request and its response: the version it runs in (kept alive, code
-/// included, until this is dropped) and the elements whose response handlers must run.
-/// Dropping it without a response ends the elements' per-RPC scratch (a cancelled RPC).
+/// included, until this is dropped), the elements whose response handlers must run, and
+/// its scratch (`set_metadata`), dropped with it whether or not a response came.
 pub struct Rpc {
     version: Arc<Version>,
     segment: usize,
@@ -259,7 +259,7 @@ pub struct Rpc {
     routed: Option<String>,
     /// Elements of the segment that forwarded the request; their `resp` handlers run.
     forwarded: usize,
-    finished: bool,
+    scratch: RpcScratch,
 }
 
 impl Rpc {
@@ -347,19 +347,6 @@ struct Earlier<'a> {
 impl Clock for Earlier<'_> {
     fn now(&self) -> f64 {
         self.clock.now() - self.by
-    }
-}
-
-impl Drop for Rpc {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let seg = &self.version.segments[self.segment];
-        let mut locked = seg.lock();
-        for inst in locked.list().into_iter().take(self.forwarded) {
-            inst.scratch_end(self.id);
-        }
     }
 }
 
@@ -722,18 +709,18 @@ impl Engine {
         };
         let mut instances_guard = seg.lock();
         let mut instances = InstanceList::new(&mut instances_guard);
+        let mut scratch = RpcScratch::default();
         let out = with_info(template, id, None, |info| {
             BUFFERS.with_borrow_mut(|bufs| {
-                compiled.request_shared(bufs, &mut instances.0, Arc::clone(&input), info, &mut host)
+                let input = Arc::clone(&input);
+                let insts = &mut instances.0;
+                compiled.request_shared(bufs, insts, input, info, &mut host, &mut scratch)
             })
         });
         let early = match out.verdict {
             SharedVerdict::Forward(m) if of_method.response_inert => {
-                // No response handler can have an effect: end the RPC's scratch now and
-                // spare the caller the response call.
-                for inst in instances.0.iter_mut() {
-                    inst.scratch_end(id);
-                }
+                // No response handler can have an effect: spare the caller the response
+                // call (the RPC's scratch goes with it).
                 return Ok(RequestOutcome {
                     verdict: forward_verdict(&input, m, stamped),
                     rpc: None,
@@ -754,7 +741,7 @@ impl Engine {
                         id,
                         routed: out.routed,
                         forwarded,
-                        finished: false,
+                        scratch,
                     }),
                     version: number,
                 });
@@ -774,6 +761,7 @@ impl Engine {
                         early,
                         info,
                         &mut host,
+                        &mut scratch,
                     )
                 })
             })
@@ -863,14 +851,13 @@ impl Engine {
                             Arc::clone(&input),
                             info,
                             &mut host,
+                            &mut rpc.scratch,
                         )
                     })
                 })
             }
             _ => Arc::clone(&input),
         };
-        // The response handlers ended every element's scratch for this RPC.
-        rpc.finished = true;
         let verdict = if answer.code == Code::Ok {
             // A response goes back to its caller: a `dst` header on it routes nothing.
             match forward_verdict(&input, answer, false) {

@@ -357,14 +357,8 @@ pub(crate) struct Moved<'a> {
 }
 
 impl Locked<'_> {
-    /// The instances in this segment's chain order, each where its state lives now.
-    pub fn list(&mut self) -> Vec<&mut Instance> {
-        let mut list = Vec::new();
-        self.fill(&mut list);
-        list
-    }
-
-    /// As [`Locked::list`], into `list` (emptied first), which keeps its allocation.
+    /// The instances in this segment's chain order, each where its state lives now, into
+    /// `list` (emptied first), which keeps its allocation.
     #[inline]
     pub fn fill<'l>(&'l mut self, list: &mut Vec<&'l mut Instance>) {
         list.clear();
@@ -965,7 +959,7 @@ fn abstractions<'a>(
 /// Whether no response handler of the segment can do anything observable for one method:
 /// each only passes the response on (and emits records nobody receives when
 /// `channels_unobserved`). Reading time, the route or per-RPC scratch is no effect, and the
-/// scratch is ended when the request's `Rpc` is dropped.
+/// scratch goes with the request's `Rpc`.
 fn response_inert(
     loaded: &LoadedEdge,
     positions: &[usize],
@@ -1250,8 +1244,8 @@ impl TakenOver<'_> {
 
 impl Version {
     /// Gives each instance of this version, not yet installed, whose element is unchanged
-    /// the state its predecessor in `previous` has now: its variables, its error counters
-    /// and the per-RPC scratch of RPCs in flight. Each predecessor's segment stays locked
+    /// the state its predecessor in `previous` has now: its variables and its error
+    /// counters (the scratch of RPCs in flight travels with each RPC). Each predecessor's segment stays locked
     /// until [`TakenOver::hand_over`], called once this version is installed, so that no RPC
     /// of `previous` writes state between the copy and the install; after it, RPCs of
     /// `previous` use the state here (docs/engine.md, "Reload").
@@ -1302,17 +1296,6 @@ impl Version {
             }
             taken.guards.push(old);
             taken.links.push((old_seg, Arc::clone(&seg.state), moved));
-        }
-        // The scratch of RPCs in flight moves last: had a copy above failed, the reload
-        // would be abandoned and those RPCs would finish with their scratch where it was.
-        for ((_, state, moved), old) in taken.links.iter().zip(taken.guards.iter_mut()) {
-            let mut new = state.instances();
-            for (from, to) in moved.iter().enumerate() {
-                if let (Some(to), Some(from)) = (to.and_then(|t| new.get_mut(t)), old.get_mut(from))
-                {
-                    to.take_scratch_from(from);
-                }
-            }
         }
         Ok(taken)
     }

@@ -29,7 +29,7 @@ use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng::random_int;
 use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value};
-use weft_ir::interp::{Host, Instance, RpcInfo};
+use weft_ir::interp::{Host, Instance, RpcInfo, RpcScratch};
 use weft_ir::ir::Element;
 use weft_ir::sim::{
     self, Executor, Interp, Outcome, SegmentRequest, SimOptions, SimReport, parse_trace, var_specs,
@@ -145,13 +145,15 @@ impl Executor for Linked {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> SegmentRequest {
         if !self.is_linked(elements, rpc, false) {
-            return Interp.request(elements, instances, msg, rpc, host);
+            return Interp.request(elements, instances, msg, rpc, host, scratch);
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
         let mut bufs = self.bufs.lock().expect("one thread");
-        self.compiled.request(&mut bufs, instances, msg, rpc, host)
+        self.compiled
+            .request(&mut bufs, instances, msg, rpc, host, scratch)
     }
 
     fn response(
@@ -162,16 +164,17 @@ impl Executor for Linked {
         msg: Message,
         rpc: &RpcInfo,
         host: &mut Host<'_>,
+        scratch: &mut RpcScratch,
     ) -> Message {
         if !self.is_linked(elements, rpc, true) {
-            return Interp.response(elements, instances, start, msg, rpc, host);
+            return Interp.response(elements, instances, start, msg, rpc, host, scratch);
         }
         let mut bufs = self.bufs.lock().expect("one thread");
         let mut spares = self.spares.lock().expect("one thread");
         let mut all: Vec<&mut Instance> = instances.iter_mut().map(|i| &mut **i).collect();
         all.extend(spares.iter_mut().skip(elements.len()));
         self.compiled
-            .response(&mut bufs, &mut all, start, msg, rpc, host)
+            .response(&mut bufs, &mut all, start, msg, rpc, host, scratch)
     }
 }
 

@@ -118,6 +118,7 @@ impl BothExecutors {
             make(),
             &rpc(),
             &mut host,
+            &mut Default::default(),
         );
         let got = self.compiled.request(
             &mut weft_jit::Buffers::default(),
@@ -125,6 +126,7 @@ impl BothExecutors {
             make(),
             &rpc(),
             &mut host,
+            &mut Default::default(),
         );
         [("interpreter", want), ("jit", got)]
     }
