@@ -43,7 +43,7 @@ impl Span {
 }
 
 /// The text of one source file and where its lines start.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceFile {
     pub path: String,
     pub text: String,
@@ -141,6 +141,20 @@ pub struct Diagnostic {
     pub message: String,
     pub span: Span,
     pub hint: Option<String>,
+    /// Set when the chain config's value is what is wrong, not the element's source: the
+    /// loader then points at that value in the config.
+    pub config: Option<ConfigCause>,
+}
+
+/// What of an element's entry in the chain config a diagnostic is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigCause {
+    /// The value the entry gives this parameter.
+    ParamValue(String),
+    /// A parameter the entry sets and the element does not declare.
+    ParamName(String),
+    /// A parameter the entry leaves out, which has no default.
+    MissingParam(String),
 }
 
 impl Diagnostic {
@@ -150,6 +164,7 @@ impl Diagnostic {
             message: message.into(),
             span,
             hint: None,
+            config: None,
         }
     }
 
@@ -159,6 +174,7 @@ impl Diagnostic {
             message: message.into(),
             span,
             hint: None,
+            config: None,
         }
     }
 
