@@ -120,14 +120,15 @@ struct EntryPaths {
 }
 
 impl EntryPaths {
+    /// The path of the entry itself.
     fn entry(&self) -> YamlPath {
         let (path, part) = &self.element;
+        let parent = || path.split_last().map_or_else(Vec::new, |(_, p)| p.to_vec());
         match part {
-            // `element:` or `logging:` inside the entry.
-            Part::Key => path[..path.len() - 1].to_vec(),
-            Part::Value if path.last() == Some(&Step::from("element")) => {
-                path[..path.len() - 1].to_vec()
-            }
+            // `logging:` inside the entry.
+            Part::Key => parent(),
+            // `element:` inside the entry.
+            Part::Value if path.last() == Some(&Step::from("element")) => parent(),
             Part::Value => path.clone(),
         }
     }

@@ -372,3 +372,18 @@ fn a_parameter_left_out_points_at_the_element() {
         "{err}"
     );
 }
+
+#[test]
+fn a_place_the_index_cannot_name_is_reported_without_a_line() {
+    // Edge `f`'s chain is edge `e`'s through an alias: its entry has no place of its own.
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: &chain [circuitbraker]\n  f:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: *chain\n";
+    let cfg = Config::parse("weft.yaml", &dir, yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(err.starts_with("weft.yaml:7:18: error: "), "{err}");
+    let err = load_edge(&cfg, "f").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "weft.yaml: edge `f`, element `circuitbraker`: unknown element `circuitbraker`; did you mean `circuitbreaker`?"
+    );
+}
