@@ -316,6 +316,33 @@ pub fn load_edge_with_schema(
     })
 }
 
+/// The error for an instance of `loaded` that did not start (`failure`, from
+/// [`crate::sim::start_each_instance`]), pointing at the config's value of a parameter the
+/// failing `require` reads; `None` when that is not known (its condition did not fold, or the
+/// config's text does not place the value). The message is `edge `…`: ` and the failure.
+pub fn refusal_in_config(
+    config: &Config,
+    loaded: &LoadedEdge,
+    failure: &crate::sim::SimError,
+) -> Option<ConfigError> {
+    let crate::sim::SimError::Element { element, message } = failure else {
+        return None;
+    };
+    // Only `init` refuses parameters; a config `state:` value that fails is another matter.
+    if !message.starts_with("`init` failed") {
+        return None;
+    }
+    let el = loaded.elements.iter().find(|e| &e.use_.name == element)?;
+    let param = el.ir.values().next()?.refused_params.first()?;
+    config.entry_error(
+        &loaded.edge.name,
+        element,
+        EntryPart::ParamValue(param),
+        format!("edge `{}`: {failure}", loaded.edge.name),
+        None,
+    )
+}
+
 /// A diagnostic the config's parameters caused, as an error pointing at them in the config;
 /// `None` when it is the element's own, or the config's text does not place it.
 fn in_config(

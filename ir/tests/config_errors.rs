@@ -387,3 +387,42 @@ fn a_place_the_index_cannot_name_is_reported_without_a_line() {
         "weft.yaml: edge `f`, element `circuitbraker`: unknown element `circuitbraker`; did you mean `circuitbreaker`?"
     );
 }
+
+/// What starting every instance of edge `e` (`any` as given) reports, each failure rendered
+/// as `weft check --config` does.
+fn refusals(any: &str) -> Vec<String> {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = format!("{EDGE_HEAD}    any:\n{any}");
+    let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+    let loaded = load_edge(&cfg, "e").unwrap();
+    weft_ir::sim::start_each_instance(&loaded)
+        .iter()
+        .map(
+            |e| match weft_ir::load::refusal_in_config(&cfg, &loaded, e) {
+                Some(at) => at.to_string(),
+                None => format!("edge `e`: {e}"),
+            },
+        )
+        .collect()
+}
+
+#[test]
+fn a_value_init_refuses_points_at_the_value() {
+    let got = refusals("      - circuitbreaker: {max_pending: 0}\n");
+    assert_eq!(
+        got,
+        [
+            "weft.yaml:8:39: error: edge `e`: element `circuitbreaker`: `init` failed: max_pending must be at least 1, got 0\n8 |       - circuitbreaker: {max_pending: 0}\n  |                                       ^"
+        ]
+    );
+    // Of two parameters, the one the failing `require` reads.
+    let got = refusals("      - admissioncontrol: {multiplier: 2.0, buckets: 0}\n");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("weft.yaml:8:54: error: edge `e`: element `admissioncontrol`: `init` failed: buckets must be at least 1, got 0\n"),
+        "{got:?}"
+    );
+    // A value it accepts starts.
+    let got = refusals("      - circuitbreaker: {max_pending: 1}\n");
+    assert!(got.is_empty(), "{got:?}");
+}
