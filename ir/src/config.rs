@@ -22,8 +22,9 @@ pub struct ConfigError {
     pub message: String,
     pub hint: Option<String>,
     /// The line at `location` with carets under what is wrong, as element diagnostics show
-    /// theirs; `None` when the place is unknown (or the line is blank).
-    pub excerpt: Option<Excerpt>,
+    /// theirs; `None` when the place is unknown (or the line is blank). Boxed: every config
+    /// function returns this error, and most return no error.
+    pub excerpt: Option<Box<Excerpt>>,
 }
 
 impl ConfigError {
@@ -64,7 +65,7 @@ impl std::fmt::Display for ConfigError {
         }
         if let Some(hint) = &self.hint {
             // Under the excerpt's gutter, as in element diagnostics.
-            let gutter = self.excerpt.as_ref().map_or(1, Excerpt::gutter);
+            let gutter = self.excerpt.as_ref().map_or(1, |e| e.gutter());
             write!(f, "\n{:gutter$} = hint: {hint}", "")?;
         }
         Ok(())
@@ -72,12 +73,12 @@ impl std::fmt::Display for ConfigError {
 }
 
 /// The excerpt of `span`, unless its line is blank (a place past the end of the text).
-fn excerpt(source: &SourceFile, span: Span) -> Option<Excerpt> {
+fn excerpt(source: &SourceFile, span: Span) -> Option<Box<Excerpt>> {
     let (line, _) = source.line_col(span.start);
     if source.line_text(line).trim().is_empty() {
         return None;
     }
-    Some(Excerpt::new(source, span))
+    Some(Box::new(Excerpt::new(source, span)))
 }
 
 #[derive(Clone, Debug, PartialEq)]
