@@ -3,21 +3,82 @@
 //! Parsed by hand from the YAML tree rather than with derived deserialisers so every error
 //! names the edge and element it is about, in words an operator can act on.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_norway::Value as Yaml;
 use weft_hostcalls::Value;
 
+use crate::diag::{Excerpt, SourceFile, Span};
 use crate::ir::Params;
+use crate::yaml_places::{Places, Step, YamlPath};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}{location}: error: {message}{}", hint.as_ref().map(|h| format!("\n  = hint: {h}")).unwrap_or_default())]
 pub struct ConfigError {
     pub file: String,
-    /// `:line:col` when the YAML parser knows it, else empty.
+    /// `:line:col` when the place is known, else empty.
     pub location: String,
     pub message: String,
     pub hint: Option<String>,
+    /// The line at `location` with carets under what is wrong, as element diagnostics show
+    /// theirs; `None` when the place is unknown (or the line is blank). Boxed: every config
+    /// function returns this error, and most return no error.
+    pub excerpt: Option<Box<Excerpt>>,
+}
+
+impl ConfigError {
+    /// An error about the file as a whole, or about a place in it that is not known.
+    pub fn new(file: impl Into<String>, message: impl Into<String>, hint: Option<String>) -> Self {
+        ConfigError {
+            file: file.into(),
+            location: String::new(),
+            message: message.into(),
+            hint,
+            excerpt: None,
+        }
+    }
+
+    /// An error about `span` of the config's text.
+    pub fn at(
+        source: &SourceFile,
+        span: Span,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) -> Self {
+        let (line, col) = source.line_col(span.start);
+        ConfigError {
+            file: source.path.clone(),
+            location: format!(":{line}:{col}"),
+            message: message.into(),
+            hint,
+            excerpt: excerpt(source, span),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}: error: {}", self.file, self.location, self.message)?;
+        if let Some(excerpt) = &self.excerpt {
+            write!(f, "\n{excerpt}")?;
+        }
+        if let Some(hint) = &self.hint {
+            // Under the excerpt's gutter, as in element diagnostics.
+            let gutter = self.excerpt.as_ref().map_or(1, |e| e.gutter());
+            write!(f, "\n{:gutter$} = hint: {hint}", "")?;
+        }
+        Ok(())
+    }
+}
+
+/// The excerpt of `span`, unless its line is blank (a place past the end of the text).
+fn excerpt(source: &SourceFile, span: Span) -> Option<Box<Excerpt>> {
+    let (line, _) = source.line_col(span.start);
+    if source.line_text(line).trim().is_empty() {
+        return None;
+    }
+    Some(Box::new(Excerpt::new(source, span)))
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +93,61 @@ pub struct Config {
     pub element_paths: Vec<PathBuf>,
     pub sim: SimSettings,
     pub edges: Vec<Edge>,
+    /// The text it was parsed from and where its nodes are, so errors found after parsing
+    /// (an unknown element, a parameter's value) point into it.
+    text: Arc<SourceFile>,
+    places: Arc<Places>,
+    /// Where each element entry was written, by edge and instance name.
+    entries: BTreeMap<(String, String), EntryPaths>,
+}
+
+/// Which of a node an error points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Key,
+    Value,
+}
+
+/// Where the parts of one element entry are in the YAML tree.
+#[derive(Clone, Debug, PartialEq)]
+struct EntryPaths {
+    /// The element's name: the entry itself (`- logging`), the key of
+    /// `- logging: {…}`, or the value of `element:`.
+    element: (YamlPath, Part),
+    /// The parameters' mapping.
+    params: YamlPath,
+    /// The `state:` mapping.
+    state: YamlPath,
+}
+
+impl EntryPaths {
+    /// The path of the entry itself.
+    fn entry(&self) -> YamlPath {
+        let (path, part) = &self.element;
+        let parent = || path.split_last().map_or_else(Vec::new, |(_, p)| p.to_vec());
+        match part {
+            // `logging:` inside the entry.
+            Part::Key => parent(),
+            // `element:` inside the entry.
+            Part::Value if path.last() == Some(&Step::from("element")) => parent(),
+            Part::Value => path.clone(),
+        }
+    }
+}
+
+/// What part of an element entry an error found after parsing is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryPart<'a> {
+    /// The element's name.
+    Element,
+    /// The name of a parameter the entry sets.
+    ParamName(&'a str),
+    /// The value the entry gives a parameter.
+    ParamValue(&'a str),
+    /// The name of a state variable the entry's `state:` sets.
+    StateName(&'a str),
+    /// The value the entry's `state:` gives a variable.
+    StateValue(&'a str),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -163,11 +279,12 @@ impl Edge {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.display().to_string(),
-            location: String::new(),
-            message: format!("cannot read the chain config: {e}"),
-            hint: None,
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                path.display().to_string(),
+                format!("cannot read the chain config: {e}"),
+                None,
+            )
         })?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Config::parse(&path.display().to_string(), &dir, &text)
@@ -175,37 +292,50 @@ impl Config {
 
     /// Parses config text; relative paths resolve against `dir`.
     pub fn parse(file: &str, dir: &Path, text: &str) -> Result<Config, ConfigError> {
-        let p = Parser {
-            file: file.to_owned(),
-        };
+        let source = SourceFile::new(file, text);
         let root: Yaml = serde_norway::from_str(text).map_err(|e| {
             let mut message = format!("not valid YAML: {e}");
-            let mut location = String::new();
-            if let Some(l) = e.location() {
-                location = format!(":{}:{}", l.line(), l.column());
-                // The place is already in front; the parser's own copy of it only repeats it.
-                message = message.replacen(
-                    &format!(" at line {} column {}", l.line(), l.column()),
-                    "",
-                    1,
-                );
-                message.push_str(&yaml_snippet(text, l.line(), l.column()));
-            }
+            let Some(l) = e.location() else {
+                return ConfigError::new(file, message, None);
+            };
+            // The place is already in front; the parser's own copy of it only repeats it.
+            message = message.replacen(
+                &format!(" at line {} column {}", l.line(), l.column()),
+                "",
+                1,
+            );
+            let start = source.line_start(l.line());
+            let at = source
+                .text
+                .get(start..)
+                .and_then(|rest| rest.char_indices().nth(l.column().saturating_sub(1)))
+                .map_or(start, |(i, _)| start + i);
             ConfigError {
-                file: file.to_owned(),
-                location,
-                message,
-                hint: None,
+                // As the parser says: past the last line, the file ended too soon.
+                location: format!(":{}:{}", l.line(), l.column()),
+                excerpt: (source.line_of(at as u32) == l.line())
+                    .then(|| excerpt(&source, Span::new(at, at)))
+                    .flatten(),
+                ..ConfigError::new(file, message, None)
             }
         })?;
+        let places = Places::index(&source);
+        let mut p = Parser {
+            source: &source,
+            places: &places,
+            entries: BTreeMap::new(),
+        };
         let Yaml::Mapping(root) = root else {
-            return Err(p.err(
+            return Err(p.err_at(
+                &[],
+                Part::Value,
                 "the chain config must be a mapping with an `edges:` key",
                 None,
             ));
         };
         p.known_keys(
             "the top level",
+            &[],
             &root,
             &["protos", "proto_include", "element_paths", "sim", "edges"],
         )?;
@@ -221,12 +351,19 @@ impl Config {
         let mut sim = SimSettings::default();
         if let Some(s) = root.get("sim") {
             let Yaml::Mapping(s) = s else {
-                return Err(p.err("`sim` must be a mapping", None));
+                return Err(p.err_at(
+                    &["sim".into()],
+                    Part::Value,
+                    "`sim` must be a mapping",
+                    None,
+                ));
             };
-            p.known_keys("`sim`", s, &["weak_sync_interval"])?;
+            p.known_keys("`sim`", &["sim".into()], s, &["weak_sync_interval"])?;
             if let Some(v) = s.get("weak_sync_interval") {
                 sim.weak_sync_interval = v.as_f64().filter(|f| *f > 0.0).ok_or_else(|| {
-                    p.err(
+                    p.err_at(
+                        &["sim".into(), "weak_sync_interval".into()],
+                        Part::Value,
                         "`sim.weak_sync_interval` must be a positive number of seconds",
                         None,
                     )
@@ -234,7 +371,9 @@ impl Config {
             }
         }
         let Some(Yaml::Mapping(edges_yaml)) = root.get("edges") else {
-            return Err(p.err(
+            return Err(p.err_at(
+                &["edges".into()],
+                Part::Value,
                 "the chain config has no `edges:` mapping",
                 Some("add `edges:` with one entry per communication edge, e.g. `frontend->echo:`"),
             ));
@@ -242,15 +381,19 @@ impl Config {
         let mut edges: Vec<Edge> = Vec::new();
         for (key, body) in edges_yaml {
             let name = yaml_key(key);
+            let path: YamlPath = vec!["edges".into(), name.as_str().into()];
             // YAML tells `1:` from `"1":`; an edge name (`--edge 1`) does not.
             if edges.iter().any(|e| e.name == name) {
-                return Err(p.err(
+                return Err(p.err_at(
+                    &path,
+                    Part::Key,
                     format!("edge `{name}` is listed twice (as keys that differ only in YAML type, such as `1` and `\"1\"`)"),
                     Some("give each edge its own name"),
                 ));
             }
-            edges.push(p.edge(&name, body)?);
+            edges.push(p.edge(&name, &path, body)?);
         }
+        let entries = p.entries;
         Ok(Config {
             file: file.to_owned(),
             dir: dir.to_path_buf(),
@@ -259,14 +402,60 @@ impl Config {
             element_paths,
             sim,
             edges,
+            text: Arc::new(source),
+            places: Arc::new(places),
+            entries,
         })
+    }
+
+    /// An error about `part` of the entry of element `instance` on edge `edge`, pointing at
+    /// where the config's text has it; `None` when that place is not known.
+    pub fn entry_error(
+        &self,
+        edge: &str,
+        instance: &str,
+        part: EntryPart<'_>,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) -> Option<ConfigError> {
+        let paths = self.entries.get(&(edge.to_owned(), instance.to_owned()))?;
+        let child = |of: &YamlPath, name: &str| {
+            let mut path = of.clone();
+            path.push(name.into());
+            path
+        };
+        let (path, part) = match part {
+            EntryPart::Element => paths.element.clone(),
+            EntryPart::ParamName(name) => (child(&paths.params, name), Part::Key),
+            EntryPart::ParamValue(name) => (child(&paths.params, name), Part::Value),
+            EntryPart::StateName(name) => (child(&paths.state, name), Part::Key),
+            EntryPart::StateValue(name) => (child(&paths.state, name), Part::Value),
+        };
+        let span = place_span(&self.places, &path, part)?;
+        Some(ConfigError::at(&self.text, span, message, hint))
+    }
+
+    /// An error about the value of `key` of edge `edge` (`method`, say), pointing at it
+    /// where the config's text has it.
+    pub fn edge_error(
+        &self,
+        edge: &str,
+        key: &str,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) -> ConfigError {
+        let path: YamlPath = vec!["edges".into(), edge.into(), key.into()];
+        match place_span(&self.places, &path, Part::Value) {
+            Some(span) => ConfigError::at(&self.text, span, message, hint),
+            None => ConfigError::new(&self.file, message, hint),
+        }
     }
 
     /// Every `element_paths` entry must be a directory. A misspelt or missing one would
     /// otherwise make each element it was meant to provide fall back to the standard
     /// library's element of the same name, without a word.
     pub fn check_element_paths(&self) -> Result<(), ConfigError> {
-        for path in &self.element_paths {
+        for (index, path) in self.element_paths.iter().enumerate() {
             let problem = match std::fs::metadata(path) {
                 Ok(m) if m.is_dir() => continue,
                 Ok(_) => "is not a directory".to_owned(),
@@ -280,16 +469,23 @@ impl Config {
             } else {
                 format!(" ({})", path.display())
             };
-            return Err(ConfigError {
-                file: self.file.clone(),
-                location: String::new(),
-                message: format!(
-                    "`element_paths` entry `{}`{resolved} {problem}",
-                    entry.display()
-                ),
-                hint: Some(
-                    "each entry is a directory of <element>.weft files; a relative one is resolved against the config's directory".into(),
-                ),
+            let message = format!(
+                "`element_paths` entry `{}`{resolved} {problem}",
+                entry.display()
+            );
+            let hint = Some(
+                "each entry is a directory of <element>.weft files; a relative one is resolved against the config's directory".into(),
+            );
+            // A list's item, or the one string `element_paths: dir`.
+            let span = place_span(
+                &self.places,
+                &["element_paths".into(), index.into()],
+                Part::Value,
+            )
+            .or_else(|| place_span(&self.places, &["element_paths".into()], Part::Value));
+            return Err(match span {
+                Some(span) => ConfigError::at(&self.text, span, message, hint),
+                None => ConfigError::new(&self.file, message, hint),
             });
         }
         Ok(())
@@ -298,14 +494,13 @@ impl Config {
     pub fn edge(&self, name: &str) -> Result<&Edge, ConfigError> {
         self.edges.iter().find(|e| e.name == name).ok_or_else(|| {
             let names: Vec<&str> = self.edges.iter().map(|e| e.name.as_str()).collect();
-            ConfigError {
-                file: self.file.clone(),
-                location: String::new(),
-                message: format!("no edge named `{name}`"),
-                hint: shell_cut_edge(name, &names)
+            ConfigError::new(
+                &self.file,
+                format!("no edge named `{name}`"),
+                shell_cut_edge(name, &names)
                     .or_else(|| crate::diag::did_you_mean(name, names.iter().copied()))
                     .or_else(|| Some(format!("edges: {}", names.join(", ")))),
-            }
+            )
         })
     }
 }
@@ -327,23 +522,14 @@ fn shell_cut_edge(name: &str, names: &[&str]) -> Option<String> {
     ))
 }
 
-/// The source line of a YAML error with a caret under its column, as element diagnostics
-/// show theirs; empty when the place is past the last line (the file ended too soon).
-fn yaml_snippet(text: &str, line: usize, column: usize) -> String {
-    let Some(src) = text.lines().nth(line.saturating_sub(1)) else {
-        return String::new();
-    };
-    if src.trim().is_empty() {
-        return String::new();
-    }
-    let number = line.to_string();
-    let pad = " ".repeat(number.len());
-    let before: String = src
-        .chars()
-        .take(column.saturating_sub(1))
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
-        .collect();
-    format!("\n{number} | {src}\n{pad} | {before}^")
+/// The span of `part` of the node at `path`; a sequence item or the root has no key, so
+/// its value stands for it.
+fn place_span(places: &Places, path: &[Step], part: Part) -> Option<Span> {
+    let place = places.get(path)?;
+    Some(match part {
+        Part::Key => place.key.unwrap_or(place.value),
+        Part::Value => place.value,
+    })
 }
 
 fn yaml_key(k: &Yaml) -> String {
@@ -356,23 +542,41 @@ fn yaml_key(k: &Yaml) -> String {
     }
 }
 
-struct Parser {
-    file: String,
+struct Parser<'a> {
+    source: &'a SourceFile,
+    places: &'a Places,
+    /// Where each element entry is, by edge and instance name, for [`Config::entries`].
+    entries: BTreeMap<(String, String), EntryPaths>,
 }
 
-impl Parser {
-    fn err(&self, message: impl Into<String>, hint: Option<&str>) -> ConfigError {
-        ConfigError {
-            file: self.file.clone(),
-            location: String::new(),
-            message: message.into(),
-            hint: hint.map(str::to_owned),
+/// `path` and one step more.
+fn child(path: &[Step], step: impl Into<Step>) -> YamlPath {
+    let mut p = path.to_vec();
+    p.push(step.into());
+    p
+}
+
+impl Parser<'_> {
+    /// An error pointing at `part` of the node at `path` where the text has it, else at the
+    /// file.
+    fn err_at(
+        &self,
+        path: &[Step],
+        part: Part,
+        message: impl Into<String>,
+        hint: Option<&str>,
+    ) -> ConfigError {
+        let hint = hint.map(str::to_owned);
+        match place_span(self.places, path, part) {
+            Some(span) => ConfigError::at(self.source, span, message, hint),
+            None => ConfigError::new(&self.source.path, message, hint),
         }
     }
 
     fn known_keys(
         &self,
         what: &str,
+        path: &[Step],
         m: &serde_norway::Mapping,
         known: &[&str],
     ) -> Result<(), ConfigError> {
@@ -381,7 +585,12 @@ impl Parser {
             if !known.contains(&k.as_str()) {
                 let hint = crate::diag::did_you_mean(&k, known.iter().copied())
                     .unwrap_or_else(|| format!("known keys: {}", known.join(", ")));
-                return Err(self.err(format!("unknown key `{k}` in {what}"), Some(&hint)));
+                return Err(self.err_at(
+                    &child(path, k.as_str()),
+                    Part::Key,
+                    format!("unknown key `{k}` in {what}"),
+                    Some(&hint),
+                ));
             }
         }
         Ok(())
@@ -393,26 +602,35 @@ impl Parser {
             Some(Yaml::String(s)) => Ok(vec![s.clone()]),
             Some(Yaml::Sequence(items)) => items
                 .iter()
-                .map(|i| {
-                    i.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| self.err(format!("`{key}` must list strings"), None))
+                .enumerate()
+                .map(|(index, i)| {
+                    i.as_str().map(str::to_owned).ok_or_else(|| {
+                        self.err_at(
+                            &[key.into(), index.into()],
+                            Part::Value,
+                            format!("`{key}` must list strings"),
+                            None,
+                        )
+                    })
                 })
                 .collect(),
-            Some(_) => Err(self.err(
+            Some(_) => Err(self.err_at(
+                &[key.into()],
+                Part::Value,
                 format!("`{key}` must be a string or a list of strings"),
                 None,
             )),
         }
     }
 
-    fn edge(&self, name: &str, body: &Yaml) -> Result<Edge, ConfigError> {
+    fn edge(&mut self, name: &str, path: &[Step], body: &Yaml) -> Result<Edge, ConfigError> {
         let ctx = format!("edge `{name}`");
         let Yaml::Mapping(m) = body else {
-            return Err(self.err(format!("{ctx} must be a mapping"), None));
+            return Err(self.err_at(path, Part::Value, format!("{ctx} must be a mapping"), None));
         };
         self.known_keys(
             &ctx,
+            path,
             m,
             &[
                 "from",
@@ -425,11 +643,20 @@ impl Parser {
                 "pair",
             ],
         )?;
+        let at = |key: &str| child(path, key);
         let text = |key: &str| -> Result<String, ConfigError> {
             match m.get(key) {
                 Some(Yaml::String(s)) => Ok(s.clone()),
-                Some(_) => Err(self.err(format!("{ctx}: `{key}` must be a string"), None)),
-                None => Err(self.err(
+                Some(_) => Err(self.err_at(
+                    &at(key),
+                    Part::Value,
+                    format!("{ctx}: `{key}` must be a string"),
+                    None,
+                )),
+                // Nothing to point at but the edge that lacks it.
+                None => Err(self.err_at(
+                    path,
+                    Part::Key,
                     format!("{ctx}: `{key}` is missing"),
                     Some(match key {
                         "method" => {
@@ -448,32 +675,44 @@ impl Parser {
             Some(Yaml::String(s)) if s == "strong" => Observation::Strong,
             Some(Yaml::String(s)) if s == "weak" => Observation::Weak,
             Some(_) => {
-                return Err(self.err(format!("{ctx}: `consistency` is `strong` or `weak`"), None));
+                return Err(self.err_at(
+                    &at("consistency"),
+                    Part::Value,
+                    format!("{ctx}: `consistency` is `strong` or `weak`"),
+                    None,
+                ));
             }
         };
-        let list = |key: &str| -> Result<Vec<ElementUse>, ConfigError> {
+        let list = |key: &str| -> Result<Vec<(ElementUse, EntryPaths)>, ConfigError> {
             match m.get(key) {
                 None | Some(Yaml::Null) => Ok(Vec::new()),
                 Some(Yaml::Sequence(items)) => items
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| self.element(&ctx, key, i, e))
+                    .map(|(i, e)| self.element(&ctx, &child(&at(key), i), key, i, e))
                     .collect(),
-                Some(_) => {
-                    Err(self.err(format!("{ctx}: `{key}` must be a list of elements"), None))
-                }
+                Some(_) => Err(self.err_at(
+                    &at(key),
+                    Part::Value,
+                    format!("{ctx}: `{key}` must be a list of elements"),
+                    None,
+                )),
             }
         };
-        let client = list("client")?;
-        let any = list("any")?;
-        let server = list("server")?;
+        let (client, client_paths): (Vec<_>, Vec<_>) = list("client")?.into_iter().unzip();
+        let (any, any_paths): (Vec<_>, Vec<_>) = list("any")?.into_iter().unzip();
+        let (server, server_paths): (Vec<_>, Vec<_>) = list("server")?.into_iter().unzip();
         let mut pairs = Vec::new();
+        let mut pair_paths = Vec::new();
         match m.get("pair") {
             None | Some(Yaml::Null) => {}
             Some(Yaml::Sequence(items)) => {
                 for (i, item) in items.iter().enumerate() {
+                    let pair_at = child(&at("pair"), i);
                     let Yaml::Sequence(two) = item else {
-                        return Err(self.err(
+                        return Err(self.err_at(
+                            &pair_at,
+                            Part::Value,
                             format!("{ctx}: pair #{} must be a list of two elements", i + 1),
                             Some("write `pair: [[encrypt, decrypt]]`"),
                         ));
@@ -483,26 +722,35 @@ impl Parser {
                         let names: Vec<String> = two
                             .iter()
                             .enumerate()
-                            .filter_map(|(j, y)| self.element(&ctx, "pair", j, y).ok())
-                            .map(|u| format!("`{}`", u.name))
+                            .filter_map(|(j, y)| {
+                                self.element(&ctx, &child(&pair_at, j), "pair", i, y).ok()
+                            })
+                            .map(|(u, _)| format!("`{}`", u.name))
                             .collect();
                         let what = match names.as_slice() {
                             [] => String::new(),
                             [one] => format!(", element {one}"),
                             many => format!(", elements {}", many.join(", ")),
                         };
-                        return Err(self.err(
+                        return Err(self.err_at(
+                            &pair_at,
+                            Part::Value,
                             format!("{ctx}{what}: pair #{} has {} element(s); a pair is not closed until it has exactly two", i + 1, two.len()),
                             Some("the first runs on the client side, the second on the server side"),
                         ));
                     }
-                    let a = self.element(&ctx, "pair", i, &two[0])?;
-                    let b = self.element(&ctx, "pair", i, &two[1])?;
+                    let (a, a_paths) =
+                        self.element(&ctx, &child(&pair_at, 0), "pair", i, &two[0])?;
+                    let (b, b_paths) =
+                        self.element(&ctx, &child(&pair_at, 1), "pair", i, &two[1])?;
                     pairs.push((a, b));
+                    pair_paths.push((a_paths, b_paths));
                 }
             }
             Some(_) => {
-                return Err(self.err(
+                return Err(self.err_at(
+                    &at("pair"),
+                    Part::Value,
                     format!("{ctx}: `pair` must be a list of two-element lists"),
                     None,
                 ));
@@ -519,16 +767,25 @@ impl Parser {
             server,
             pairs,
         };
+        // The entries' paths in the order of `Edge::chain`, to point at each entry below.
+        let mut chain_paths: Vec<&EntryPaths> = Vec::new();
+        chain_paths.extend(&client_paths);
+        chain_paths.extend(pair_paths.iter().map(|p| &p.0));
+        chain_paths.extend(&any_paths);
+        chain_paths.extend(pair_paths.iter().rev().map(|p| &p.1));
+        chain_paths.extend(&server_paths);
         let mut seen = std::collections::BTreeSet::new();
         // A request cannot come back to the client side: an `any` element pinned to the
         // client cannot follow one pinned to the server.
         let mut pinned_server: Option<&str> = None;
-        for e in &edge.any {
+        for (e, paths) in edge.any.iter().zip(&any_paths) {
             match e.constraints.side {
                 Some(Side::Server) => pinned_server = pinned_server.or(Some(e.name.as_str())),
                 Some(Side::Client) => {
                     if let Some(s) = pinned_server {
-                        return Err(self.err(
+                        return Err(self.err_at(
+                            &child(&paths.entry(), "side"),
+                            Part::Value,
                             format!("{ctx}, element `{}`: pinned to the client side, but it comes after `{s}`, which is pinned to the server side; a request meets every client-side element before any server-side one", e.name),
                             Some("list it before the server-pinned element, or pin one of them differently"),
                         ));
@@ -537,17 +794,28 @@ impl Parser {
                 None => {}
             }
         }
-        for (pos, e) in edge.chain() {
+        for ((pos, e), paths) in edge.chain().into_iter().zip(&chain_paths) {
+            // The instance name as written: `name:`, else the element's name.
+            let name_at = child(&paths.entry(), "name");
+            let (name_path, name_part) = if self.places.get(&name_at).is_some() {
+                (name_at, Part::Value)
+            } else {
+                paths.element.clone()
+            };
             if e.name.contains('/') {
                 // State is shared per `edge/instance`: with a `/` in the instance name, edge
                 // `x` with `y/z` and edge `x/y` with `z` would share one element's state.
-                return Err(self.err(
+                return Err(self.err_at(
+                    &name_path,
+                    name_part,
                     format!("{ctx}: element name `{}` contains `/`", e.name),
                     Some("instance names are plain words (letters, digits, `-`, `_`)"),
                 ));
             }
             if !seen.insert(e.name.clone()) {
-                return Err(self.err(
+                return Err(self.err_at(
+                    &name_path,
+                    name_part,
                     format!("{ctx}: element name `{}` is used twice", e.name),
                     Some("give one of them another instance name with `name:`"),
                 ));
@@ -559,50 +827,108 @@ impl Parser {
                     Position::Any => None,
                 };
                 if fixed.is_some_and(|f| f != side) {
-                    return Err(self.err(
+                    return Err(self.err_at(
+                        &child(&paths.entry(), "side"),
+                        Part::Value,
                         format!("{ctx}, element `{}`: pinned to the {} side but listed where it must run on the other side", e.name, side_name(side)),
                         Some("move it to `any:` or remove the `side:` pin"),
                     ));
                 }
             }
             if e.constraints.untrusted && e.constraints.processor == Some(Processor::Lib) {
-                return Err(self.err(
+                return Err(self.err_at(
+                    &child(&paths.entry(), "processor"),
+                    Part::Value,
                     format!("{ctx}, element `{}`: `untrusted` excludes running in the app, but it is pinned to `processor: lib`", e.name),
                     Some("pin it to `agent` or `sandbox`, or drop `untrusted`"),
                 ));
             }
         }
+        for ((_, e), paths) in edge.chain().into_iter().zip(chain_paths) {
+            self.entries
+                .insert((edge.name.clone(), e.name.clone()), paths.clone());
+        }
         Ok(edge)
     }
 
+    /// One entry of an element list, at `entry` in the tree (the `index`th of `list`, for
+    /// messages), and where its parts are.
     fn element(
         &self,
         ctx: &str,
+        entry: &[Step],
         list: &str,
         index: usize,
         y: &Yaml,
-    ) -> Result<ElementUse, ConfigError> {
+    ) -> Result<(ElementUse, EntryPaths), ConfigError> {
         let at = format!("{ctx}, `{list}` #{}", index + 1);
-        let (element, params_yaml, extra): (String, Option<&Yaml>, Option<&serde_norway::Mapping>) =
-            match y {
-                Yaml::String(s) => (s.clone(), None, None),
-                Yaml::Mapping(m) if m.contains_key("element") => {
-                    let Some(Yaml::String(e)) = m.get("element") else {
-                        return Err(self.err(format!("{at}: `element` must be a name"), None));
-                    };
-                    (e.clone(), m.get("params"), Some(m))
-                }
-                Yaml::Mapping(m) if m.len() == 1 => match m.iter().next() {
-                    Some((k, v)) => (yaml_key(k), Some(v), None),
-                    None => (String::new(), None, None),
+        let here = |key: &str| child(entry, key);
+        let (element, params_yaml, extra, paths): (
+            String,
+            Option<&Yaml>,
+            Option<&serde_norway::Mapping>,
+            EntryPaths,
+        ) = match y {
+            Yaml::String(s) => (
+                s.clone(),
+                None,
+                None,
+                EntryPaths {
+                    element: (entry.to_vec(), Part::Value),
+                    params: here("params"),
+                    state: here("state"),
                 },
-                _ => {
-                    return Err(self.err(
+            ),
+            Yaml::Mapping(m) if m.contains_key("element") => {
+                let Some(Yaml::String(e)) = m.get("element") else {
+                    return Err(self.err_at(
+                        &here("element"),
+                        Part::Value,
+                        format!("{at}: `element` must be a name"),
+                        None,
+                    ));
+                };
+                (
+                    e.clone(),
+                    m.get("params"),
+                    Some(m),
+                    EntryPaths {
+                        element: (here("element"), Part::Value),
+                        params: here("params"),
+                        state: here("state"),
+                    },
+                )
+            }
+            Yaml::Mapping(m) if m.len() == 1 => match m.iter().next() {
+                Some((k, v)) => {
+                    let name = yaml_key(k);
+                    let paths = EntryPaths {
+                        element: (here(&name), Part::Key),
+                        params: here(&name),
+                        state: here("state"),
+                    };
+                    (name, Some(v), None, paths)
+                }
+                None => (
+                    String::new(),
+                    None,
+                    None,
+                    EntryPaths {
+                        element: (entry.to_vec(), Part::Value),
+                        params: here("params"),
+                        state: here("state"),
+                    },
+                ),
+            },
+            _ => {
+                return Err(self.err_at(
+                    entry,
+                    Part::Value,
                     format!("{at}: an element is a name, `name: {{params}}`, or a mapping with `element:`"),
                     Some("e.g. `- ratelimit: {capacity: 100, rate: 10}`"),
                 ));
-                }
-            };
+            }
+        };
         let ctx_el = format!("{ctx}, element `{element}`");
         let mut params = Params::new();
         match params_yaml {
@@ -610,13 +936,24 @@ impl Parser {
             Some(Yaml::Mapping(pm)) => {
                 for (k, v) in pm {
                     let k = yaml_key(k);
-                    let value = yaml_value(v)
-                        .map_err(|m| self.err(format!("{ctx_el}: parameter `{k}`: {m}"), None))?;
+                    let value = yaml_value(v).map_err(|m| {
+                        self.err_at(
+                            &child(&paths.params, k.as_str()),
+                            Part::Value,
+                            format!("{ctx_el}: parameter `{k}`: {m}"),
+                            None,
+                        )
+                    })?;
                     params.insert(k, value);
                 }
             }
             Some(_) => {
-                return Err(self.err(format!("{ctx_el}: parameters must be a mapping"), None));
+                return Err(self.err_at(
+                    &paths.params,
+                    Part::Value,
+                    format!("{ctx_el}: parameters must be a mapping"),
+                    None,
+                ));
             }
         }
         let mut use_ = ElementUse {
@@ -628,104 +965,125 @@ impl Parser {
             state: Vec::new(),
             max_iterations: None,
         };
-        if let Some(m) = extra {
-            self.known_keys(
-                &ctx_el,
-                m,
-                &[
-                    "element",
-                    "name",
-                    "path",
-                    "params",
-                    "side",
-                    "processor",
-                    "untrusted",
-                    "hot_upgrade",
-                    "state",
-                    "max_iterations",
-                ],
-            )?;
-            if let Some(n) = m.get("name") {
-                use_.name = n
-                    .as_str()
-                    .ok_or_else(|| self.err(format!("{ctx_el}: `name` must be a string"), None))?
-                    .to_owned();
-            }
-            if let Some(p) = m.get("path") {
-                let p = p
-                    .as_str()
-                    .ok_or_else(|| self.err(format!("{ctx_el}: `path` must be a string"), None))?;
-                use_.path = Some(PathBuf::from(p));
-            }
-            if let Some(s) = m.get("side") {
-                use_.constraints.side = Some(match s.as_str() {
-                    Some("client") => Side::Client,
-                    Some("server") => Side::Server,
-                    _ => {
-                        return Err(
-                            self.err(format!("{ctx_el}: `side` is `client` or `server`"), None)
-                        );
-                    }
-                });
-            }
-            if let Some(s) = m.get("processor") {
-                use_.constraints.processor = Some(match s.as_str() {
-                    Some("lib") => Processor::Lib,
-                    Some("agent") => Processor::Agent,
-                    Some("sandbox") => Processor::Sandbox,
-                    Some("nic") => Processor::Nic,
-                    _ => {
-                        return Err(self.err(
-                            format!("{ctx_el}: `processor` is one of lib, agent, sandbox, nic"),
-                            None,
-                        ));
-                    }
-                });
-            }
-            for (key, slot) in [
-                ("untrusted", &mut use_.constraints.untrusted),
-                ("hot_upgrade", &mut use_.constraints.hot_upgrade),
-            ] {
-                if let Some(v) = m.get(key) {
-                    *slot = v.as_bool().ok_or_else(|| {
-                        self.err(format!("{ctx_el}: `{key}` is true or false"), None)
-                    })?;
-                }
-            }
-            if let Some(v) = m.get("max_iterations") {
-                let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-                    self.err(
-                        format!("{ctx_el}: `max_iterations` is a whole number above 0"),
-                        Some("the most `foreach` iterations one handler run may make (default 1000000)"),
-                    )
-                })?;
-                if n > crate::eval::MAX_ITERATIONS_CEILING {
-                    return Err(self.err(
-                        format!(
-                            "{ctx_el}: `max_iterations` is at most {}",
-                            crate::eval::MAX_ITERATIONS_CEILING
-                        ),
-                        Some("a billion iterations hold a thread for about a minute; bound the element's collections instead"),
-                    ));
-                }
-                use_.max_iterations = Some(n);
-            }
-            if let Some(s) = m.get("state") {
-                let Yaml::Mapping(sm) = s else {
-                    return Err(self.err(
-                        format!("{ctx_el}: `state` must map state variables to values"),
+        let Some(m) = extra else {
+            return Ok((use_, paths));
+        };
+        self.known_keys(
+            &ctx_el,
+            entry,
+            m,
+            &[
+                "element",
+                "name",
+                "path",
+                "params",
+                "side",
+                "processor",
+                "untrusted",
+                "hot_upgrade",
+                "state",
+                "max_iterations",
+            ],
+        )?;
+        let wrong = |key: &str, message: String, hint: Option<&str>| {
+            self.err_at(&here(key), Part::Value, message, hint)
+        };
+        if let Some(n) = m.get("name") {
+            use_.name = n
+                .as_str()
+                .ok_or_else(|| wrong("name", format!("{ctx_el}: `name` must be a string"), None))?
+                .to_owned();
+        }
+        if let Some(p) = m.get("path") {
+            let p = p
+                .as_str()
+                .ok_or_else(|| wrong("path", format!("{ctx_el}: `path` must be a string"), None))?;
+            use_.path = Some(PathBuf::from(p));
+        }
+        if let Some(s) = m.get("side") {
+            use_.constraints.side = Some(match s.as_str() {
+                Some("client") => Side::Client,
+                Some("server") => Side::Server,
+                _ => {
+                    return Err(wrong(
+                        "side",
+                        format!("{ctx_el}: `side` is `client` or `server`"),
                         None,
                     ));
-                };
-                for (k, v) in sm {
-                    let k = yaml_key(k);
-                    let value = yaml_value(v)
-                        .map_err(|m| self.err(format!("{ctx_el}: state `{k}`: {m}"), None))?;
-                    use_.state.push((k, value));
                 }
+            });
+        }
+        if let Some(s) = m.get("processor") {
+            use_.constraints.processor = Some(match s.as_str() {
+                Some("lib") => Processor::Lib,
+                Some("agent") => Processor::Agent,
+                Some("sandbox") => Processor::Sandbox,
+                Some("nic") => Processor::Nic,
+                _ => {
+                    return Err(wrong(
+                        "processor",
+                        format!("{ctx_el}: `processor` is one of lib, agent, sandbox, nic"),
+                        None,
+                    ));
+                }
+            });
+        }
+        for (key, slot) in [
+            ("untrusted", &mut use_.constraints.untrusted),
+            ("hot_upgrade", &mut use_.constraints.hot_upgrade),
+        ] {
+            if let Some(v) = m.get(key) {
+                *slot = v.as_bool().ok_or_else(|| {
+                    wrong(key, format!("{ctx_el}: `{key}` is true or false"), None)
+                })?;
             }
         }
-        Ok(use_)
+        if let Some(v) = m.get("max_iterations") {
+            let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                wrong(
+                    "max_iterations",
+                    format!("{ctx_el}: `max_iterations` is a whole number above 0"),
+                    Some(
+                        "the most `foreach` iterations one handler run may make (default 1000000)",
+                    ),
+                )
+            })?;
+            if n > crate::eval::MAX_ITERATIONS_CEILING {
+                return Err(wrong(
+                    "max_iterations",
+                    format!(
+                        "{ctx_el}: `max_iterations` is at most {}",
+                        crate::eval::MAX_ITERATIONS_CEILING
+                    ),
+                    Some(
+                        "a billion iterations hold a thread for about a minute; bound the element's collections instead",
+                    ),
+                ));
+            }
+            use_.max_iterations = Some(n);
+        }
+        if let Some(s) = m.get("state") {
+            let Yaml::Mapping(sm) = s else {
+                return Err(wrong(
+                    "state",
+                    format!("{ctx_el}: `state` must map state variables to values"),
+                    None,
+                ));
+            };
+            for (k, v) in sm {
+                let k = yaml_key(k);
+                let value = yaml_value(v).map_err(|m| {
+                    self.err_at(
+                        &child(&paths.state, k.as_str()),
+                        Part::Value,
+                        format!("{ctx_el}: state `{k}`: {m}"),
+                        None,
+                    )
+                })?;
+                use_.state.push((k, value));
+            }
+        }
+        Ok((use_, paths))
     }
 }
 

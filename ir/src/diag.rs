@@ -43,7 +43,7 @@ impl Span {
 }
 
 /// The text of one source file and where its lines start.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceFile {
     pub path: String,
     pub text: String,
@@ -100,6 +100,14 @@ impl SourceFile {
         (line + 1, col + 1)
     }
 
+    /// The byte offset where a 1-based line starts; the end of the text past the last line.
+    pub fn line_start(&self, line: usize) -> usize {
+        self.line_starts
+            .get(line.wrapping_sub(1))
+            .copied()
+            .unwrap_or(self.text.len())
+    }
+
     /// The text of a 1-based line, without its line break.
     pub fn line_text(&self, line: usize) -> &str {
         let Some(&start) = self.line_starts.get(line.wrapping_sub(1)) else {
@@ -133,6 +141,20 @@ pub struct Diagnostic {
     pub message: String,
     pub span: Span,
     pub hint: Option<String>,
+    /// Set when the chain config's value is what is wrong, not the element's source: the
+    /// loader then points at that value in the config.
+    pub config: Option<ConfigCause>,
+}
+
+/// What of an element's entry in the chain config a diagnostic is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigCause {
+    /// The value the entry gives this parameter.
+    ParamValue(String),
+    /// A parameter the entry sets and the element does not declare.
+    ParamName(String),
+    /// A parameter the entry leaves out, which has no default.
+    MissingParam(String),
 }
 
 impl Diagnostic {
@@ -142,6 +164,7 @@ impl Diagnostic {
             message: message.into(),
             span,
             hint: None,
+            config: None,
         }
     }
 
@@ -151,6 +174,7 @@ impl Diagnostic {
             message: message.into(),
             span,
             hint: None,
+            config: None,
         }
     }
 
@@ -170,35 +194,78 @@ impl Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
+        let excerpt = Excerpt::new(file, self.span);
         let mut out = format!(
-            "{}:{line}:{col}: {severity}: {}\n",
+            "{}:{line}:{col}: {severity}: {}\n{excerpt}\n",
             file.path,
             capped(&self.message)
         );
+        if let Some(hint) = &self.hint {
+            let _ = writeln!(
+                out,
+                "{:gutter$} = hint: {}",
+                "",
+                capped(hint),
+                gutter = excerpt.gutter()
+            );
+        }
+        out
+    }
+}
+
+/// The source line of a span with carets under it, as a diagnostic shows it below its
+/// first line. The chain config's errors use it too, so both kinds of error look alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Excerpt {
+    /// 1-based.
+    pub line: usize,
+    shown: String,
+    caret_at: usize,
+    caret_width: usize,
+}
+
+impl Excerpt {
+    /// The line `span` starts on, with carets under the span's part of that line (one at
+    /// least).
+    pub fn new(file: &SourceFile, span: Span) -> Excerpt {
+        let (line, col) = file.line_col(span.start);
         let text = file.line_text(line);
-        let gutter = line.to_string().len();
         let line_end = file
             .line_starts
             .get(line)
             .map_or(file.text.len(), |e| e - 1) as u32;
-        let span_end = self.span.end.min(line_end).max(self.span.start);
+        let span_end = span.end.min(line_end).max(span.start);
         let span_width: usize = file
             .text
-            .get(self.span.start as usize..span_end as usize)
+            .get(span.start as usize..span_end as usize)
             .map_or(0, |s| s.chars().map(display_width).sum());
         let (shown, caret_at, caret_width) = shown_line(text, col - 1, span_width.max(1));
-        let _ = writeln!(out, "{line:>gutter$} | {shown}");
-        let _ = writeln!(
-            out,
+        Excerpt {
+            line,
+            shown,
+            caret_at,
+            caret_width,
+        }
+    }
+
+    /// Columns of the line-number gutter; a hint below the excerpt lines up with it.
+    pub fn gutter(&self) -> usize {
+        self.line.to_string().len()
+    }
+}
+
+/// Two lines, without a final line break.
+impl std::fmt::Display for Excerpt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (line, gutter) = (self.line, self.gutter());
+        writeln!(f, "{line:>gutter$} | {}", self.shown)?;
+        write!(
+            f,
             "{:gutter$} | {}{}",
             "",
-            " ".repeat(caret_at),
-            "^".repeat(caret_width)
-        );
-        if let Some(hint) = &self.hint {
-            let _ = writeln!(out, "{:gutter$} = hint: {}", "", capped(hint));
-        }
-        out
+            " ".repeat(self.caret_at),
+            "^".repeat(self.caret_width)
+        )
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Element {
     /// Parameters with neither a config value nor a default (`weft check` / `weft props`
     /// without a chain). They appear as [`ExprKind::Param`]; such an element cannot run.
     pub unbound_params: Vec<String>,
+    /// Parameters the chain config sets that a `require` of `init` reads, where their values
+    /// make its condition false: what an instance refused by `init` points at in the config.
+    pub refused_params: Vec<String>,
     /// `name` and `channels` as channel records carry them, interned once so an emit does
     /// not allocate. [`Element::set_name`] keeps them in step with `name`.
     pub(crate) record_names: RecordNames,

@@ -34,6 +34,7 @@ pub mod types;
 pub mod wire;
 pub mod wire_check;
 pub mod wire_json;
+pub mod yaml_places;
 
 pub use diag::{Diagnostic, Severity, SourceFile, Span};
 pub use types::Type;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::ast::ElementFile;
 use crate::check::{CheckEnv, check};
-use crate::config::{Config, ConfigError, Edge, ElementUse, Position};
-use crate::diag::{Diagnostic, SourceFile, has_errors, render_all};
+use crate::config::{Config, ConfigError, Edge, ElementUse, EntryPart, Position};
+use crate::diag::{ConfigCause, Diagnostic, SourceFile, has_errors, render_all};
 use crate::ir::Element;
 use crate::parser::parse;
 use crate::schema::{MethodSchema, ProtoInput, Schema, SchemaError};
@@ -81,14 +81,11 @@ pub fn load_schema(config: &Config) -> Result<Schema, LoadError> {
 pub fn load_schema_with_inputs(config: &Config) -> (Result<Schema, LoadError>, Vec<ProtoInput>) {
     if config.protos.is_empty() {
         return (
-            Err(LoadError::Config(ConfigError {
-                file: config.file.clone(),
-                location: String::new(),
-                message:
-                    "no `protos:` listed; Weft needs the services' .proto files to read messages"
-                        .into(),
-                hint: Some("add `protos: [path/to/service.proto]`".into()),
-            })),
+            Err(LoadError::Config(ConfigError::new(
+                &config.file,
+                "no `protos:` listed; Weft needs the services' .proto files to read messages",
+                Some("add `protos: [path/to/service.proto]`".into()),
+            ))),
             Vec::new(),
         );
     }
@@ -112,12 +109,12 @@ pub fn edge_methods(
     };
     r.map_err(|e| {
         // No element is at fault: naming one (as `-`) sent the reader looking for it.
-        LoadError::Config(ConfigError {
-            file: config.file.clone(),
-            location: String::new(),
-            message: format!("edge `{}`: method `{}`: {e}", edge.name, edge.method),
-            hint: None,
-        })
+        LoadError::Config(config.edge_error(
+            &edge.name,
+            "method",
+            format!("edge `{}`: method `{}`: {e}", edge.name, edge.method),
+            None,
+        ))
     })
 }
 
@@ -207,14 +204,25 @@ pub fn load_edge_with_schema(
                 known.extend(list_elements(dir));
             }
             let hint = crate::diag::did_you_mean(&use_.element, known.iter().map(String::as_str))
-                .map(|h| format!("; {h}"))
-                .unwrap_or_else(|| format!("; known elements: {}", known.join(", ")));
-            return Err(LoadError::Element {
-                config: config.file.clone(),
-                edge: edge.name.clone(),
-                element: use_.name.clone(),
-                message: format!("unknown element `{}`{hint}", use_.element),
-            });
+                .unwrap_or_else(|| format!("known elements: {}", known.join(", ")));
+            let message = format!("unknown element `{}`", use_.element);
+            return Err(
+                match config.entry_error(
+                    &edge.name,
+                    &use_.name,
+                    EntryPart::Element,
+                    format!("edge `{}`, element `{}`: {message}", edge.name, use_.name),
+                    Some(hint.clone()),
+                ) {
+                    Some(e) => LoadError::Config(e),
+                    None => LoadError::Element {
+                        config: config.file.clone(),
+                        edge: edge.name.clone(),
+                        element: use_.name.clone(),
+                        message: format!("{message}; {hint}"),
+                    },
+                },
+            );
         };
         let (ast, mut diags) = parse(&source);
         let mut ir = BTreeMap::new();
@@ -244,17 +252,45 @@ pub fn load_edge_with_schema(
         }
         // State declarations do not depend on the method: any checked form will do.
         if let Some(checked) = ir.values().next() {
-            check_config_state(checked, use_).map_err(|message| LoadError::Element {
-                config: config.file.clone(),
-                edge: edge.name.clone(),
-                element: use_.name.clone(),
-                message,
+            check_config_state(checked, use_).map_err(|(message, hint, part)| {
+                config
+                    .entry_error(
+                        &edge.name,
+                        &use_.name,
+                        part,
+                        format!("edge `{}`, element `{}`: {message}", edge.name, use_.name),
+                        hint.clone(),
+                    )
+                    .map_or_else(
+                        || LoadError::Element {
+                            config: config.file.clone(),
+                            edge: edge.name.clone(),
+                            element: use_.name.clone(),
+                            message: match hint {
+                                Some(hint) => format!("{message}; {hint}"),
+                                None => message,
+                            },
+                        },
+                        LoadError::Config,
+                    )
             })?;
         }
         let (errs, warns): (Vec<Diagnostic>, Vec<Diagnostic>) =
             diags.into_iter().partition(Diagnostic::is_error);
         errors += errs.len();
-        rendered.push_str(&render_all(&source, &errs));
+        // What the config's values caused is shown where the config has them, before what
+        // the element's source has.
+        let mut in_source = Vec::new();
+        for d in errs {
+            match in_config(config, &edge.name, use_, &source, &d) {
+                Some(e) => {
+                    rendered.push_str(&e.to_string());
+                    rendered.push('\n');
+                }
+                None => in_source.push(d),
+            }
+        }
+        rendered.push_str(&render_all(&source, &in_source));
         warnings.push_str(&render_all(&source, &warns));
         elements.push(LoadedElement {
             use_: use_.clone(),
@@ -280,10 +316,68 @@ pub fn load_edge_with_schema(
     })
 }
 
+/// The error for an instance of `loaded` that did not start (`failure`, from
+/// [`crate::sim::start_each_instance`]), pointing at the config's value of a parameter the
+/// failing `require` reads; `None` when that is not known (its condition did not fold, or the
+/// config's text does not place the value). The message is `edge `…`: ` and the failure.
+pub fn refusal_in_config(
+    config: &Config,
+    loaded: &LoadedEdge,
+    failure: &crate::sim::SimError,
+) -> Option<ConfigError> {
+    let crate::sim::SimError::Element { element, message } = failure else {
+        return None;
+    };
+    // Only `init` refuses parameters; a config `state:` value that fails is another matter.
+    if !message.starts_with("`init` failed") {
+        return None;
+    }
+    let el = loaded.elements.iter().find(|e| &e.use_.name == element)?;
+    let param = el.ir.values().next()?.refused_params.first()?;
+    config.entry_error(
+        &loaded.edge.name,
+        element,
+        EntryPart::ParamValue(param),
+        format!("edge `{}`: {failure}", loaded.edge.name),
+        None,
+    )
+}
+
+/// A diagnostic the config's parameters caused, as an error pointing at them in the config;
+/// `None` when it is the element's own, or the config's text does not place it.
+fn in_config(
+    config: &Config,
+    edge: &str,
+    use_: &ElementUse,
+    source: &SourceFile,
+    d: &Diagnostic,
+) -> Option<ConfigError> {
+    let (line, col) = source.line_col(d.span.start);
+    let declared = format!("{}:{line}:{col}", source.path);
+    let (part, message) = match d.config.as_ref()? {
+        // Where the element declares it says what it expects.
+        ConfigCause::ParamValue(name) => (
+            EntryPart::ParamValue(name),
+            format!("{} at {declared}", d.message),
+        ),
+        ConfigCause::ParamName(name) => (EntryPart::ParamName(name), d.message.clone()),
+        ConfigCause::MissingParam(_) => (
+            EntryPart::Element,
+            format!("{} (declared at {declared})", d.message),
+        ),
+    };
+    // The checker already named the edge and the instance.
+    config.entry_error(edge, &use_.name, part, message, d.hint.clone())
+}
+
 /// The config's `state:` values name variables the element declares, with values of their
 /// types: checked here, with the parameters, so `plan`, `equiv` and `bench` refuse what
-/// would otherwise fail only when an instance starts.
-fn check_config_state(ir: &Element, use_: &ElementUse) -> Result<(), String> {
+/// would otherwise fail only when an instance starts. An error is a message, a hint and what
+/// in the entry is wrong.
+fn check_config_state<'a>(
+    ir: &Element,
+    use_: &'a ElementUse,
+) -> Result<(), (String, Option<String>, EntryPart<'a>)> {
     for (var, value) in &use_.state {
         let Some(v) = ir.var(var) else {
             let names: Vec<&str> = ir.state.iter().map(|v| v.name.as_str()).collect();
@@ -294,14 +388,18 @@ fn check_config_state(ir: &Element, use_: &ElementUse) -> Result<(), String> {
                     format!("its state variables: {}", names.join(", "))
                 }
             });
-            return Err(format!(
-                "`state` sets `{var}`, which the element does not declare; {hint}"
+            return Err((
+                format!("`state` sets `{var}`, which the element does not declare"),
+                Some(hint),
+                EntryPart::StateName(var),
             ));
         };
         let ty = &ir.state[v].ty;
         if let Err(found) = crate::check::coerce_value(value.clone(), ty) {
-            return Err(format!(
-                "`state` gives `{var}` a {found}, but it is declared `{ty}`"
+            return Err((
+                format!("`state` gives `{var}` a {found}, but it is declared `{ty}`"),
+                None,
+                EntryPart::StateValue(var),
             ));
         }
     }

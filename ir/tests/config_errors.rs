@@ -122,16 +122,25 @@ fn config_state_is_checked_when_the_edge_loads() {
             "      - element: firewall\n        name: acl\n        params: {{field: user, deny: [mallory]}}\n        state: {state}\n"
         )
     };
+    // `state: {denid: …}` is line 11; `denid` starts at column 17.
     let err = edge_error(&acl("{denid: {bob: true}}"));
     assert!(
-        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        err.starts_with("weft.yaml:11:17: error: edge `e`, element `acl`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n11 |         state: {denid: {bob: true}}\n   |                 ^^^^^\n"),
         "{err}"
     );
     assert!(err.contains("`denid`"), "{err}");
-    assert!(err.contains("did you mean `denied`?"), "{err}");
+    assert!(
+        err.ends_with("\n   = hint: did you mean `denied`?"),
+        "{err}"
+    );
+    // The value, `[bob]`, at column 25.
     let err = edge_error(&acl("{denied: [bob]}"));
     assert!(
-        err.starts_with("weft.yaml: edge `e`, element `acl`"),
+        err.starts_with("weft.yaml:11:25: error: edge `e`, element `acl`"),
         "{err}"
     );
     assert!(err.contains("`denied`"), "{err}");
@@ -189,8 +198,15 @@ fn an_unknown_method_names_the_edge_and_no_element() {
     let err = load_edge(&cfg, "e").unwrap_err().to_string();
     // It said "element `-`", as if an element were at fault.
     assert!(!err.contains("element"), "{err}");
+    // At the method's value (line 6, column 13).
     assert!(
-        err.starts_with("weft.yaml: error: edge `e`: method `echo.Echo/Sya`"),
+        err.starts_with(
+            "weft.yaml:6:13: error: edge `e`: method `echo.Echo/Sya`: unknown gRPC method"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n6 |     method: echo.Echo/Sya\n  |             ^^^^^^^^^^^^^"),
         "{err}"
     );
     assert!(err.contains("did you mean `echo.Echo/Say`?"), "{err}");
@@ -205,4 +221,208 @@ fn an_edge_name_cut_at_the_arrow_says_the_shell_took_it() {
     assert!(err.contains("no edge named `web-`"), "{err}");
     assert!(err.contains("--edge 'web->cart'"), "{err}");
     assert!(err.contains("redirect"), "{err}");
+}
+
+// Semantic errors in weft.yaml point at the text the user wrote: `file:line:col`, the line,
+// carets under the key or value, then the hint. Columns below are counted from the YAML of
+// each test.
+
+/// The error parsing `yaml`, rendered.
+fn parse_error(yaml: &str) -> String {
+    Config::parse("weft.yaml", Path::new("."), yaml)
+        .expect_err("the config is refused")
+        .to_string()
+}
+
+const EDGE_HEAD: &str =
+    "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n";
+
+#[test]
+fn an_unknown_key_points_at_the_key() {
+    // Three comment lines push it to line 10: the gutter widens and the hint lines up.
+    let yaml = format!("# a\n# b\n# c\n{EDGE_HEAD}    clients: [logging]\n");
+    let err = parse_error(&yaml);
+    assert_eq!(
+        err,
+        "weft.yaml:10:5: error: unknown key `clients` in edge `e`\n10 |     clients: [logging]\n   |     ^^^^^^^\n   = hint: did you mean `client`?"
+    );
+
+    let yaml = format!("{EDGE_HEAD}    any:\n      - element: firewall\n        nmae: acl\n");
+    let err = parse_error(&yaml);
+    assert!(
+        err.starts_with(
+            "weft.yaml:9:9: error: unknown key `nmae` in edge `e`, element `firewall`\n9 |         nmae: acl\n  |         ^^^^\n"
+        ),
+        "{err}"
+    );
+    assert!(err.ends_with("\n  = hint: did you mean `name`?"), "{err}");
+
+    let err = parse_error(&format!("versoin: 1\n{EDGE_HEAD}"));
+    assert!(
+        err.starts_with("weft.yaml:1:1: error: unknown key `versoin` in the top level\n1 | versoin: 1\n  | ^^^^^^^\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_key_points_at_the_edge_name() {
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    any: [logging]\n";
+    let err = parse_error(yaml);
+    assert_eq!(
+        err,
+        "weft.yaml:3:3: error: edge `e`: `method` is missing\n3 |   e:\n  |   ^\n  = hint: name the RPC method, e.g. `method: echo.Echo/Say` or `echo.Echo/*`"
+    );
+}
+
+#[test]
+fn a_value_of_the_wrong_kind_points_at_the_value() {
+    let yaml =
+        format!("{EDGE_HEAD}    any:\n      - element: firewall\n        side: serverside\n");
+    let err = parse_error(&yaml);
+    assert_eq!(
+        err,
+        "weft.yaml:9:15: error: edge `e`, element `firewall`: `side` is `client` or `server`\n9 |         side: serverside\n  |               ^^^^^^^^^^"
+    );
+
+    let yaml = EDGE_HEAD.replace("from: a", "from: [a]");
+    let err = parse_error(&yaml);
+    assert!(
+        err.starts_with("weft.yaml:4:11: error: edge `e`: `from` must be a string\n4 |     from: [a]\n  |           ^"),
+        "{err}"
+    );
+
+    let yaml = format!("{EDGE_HEAD}    consistency: eventual\n");
+    let err = parse_error(&yaml);
+    assert!(
+        err.starts_with("weft.yaml:7:18: error: edge `e`: `consistency` is `strong` or `weak`\n7 |     consistency: eventual\n  |                  ^^^^^^^^"),
+        "{err}"
+    );
+
+    let yaml =
+        format!("{EDGE_HEAD}    any:\n      - element: firewall\n        max_iterations: lots\n");
+    let err = parse_error(&yaml);
+    assert!(err.starts_with("weft.yaml:9:25: error: "), "{err}");
+    assert!(
+        err.contains(
+            "\n9 |         max_iterations: lots\n  |                         ^^^^\n  = hint: "
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_element_points_at_its_name() {
+    let err = edge_error("      - circuitbraker\n");
+    assert_eq!(
+        err,
+        "weft.yaml:8:9: error: edge `e`, element `circuitbraker`: unknown element `circuitbraker`\n8 |       - circuitbraker\n  |         ^^^^^^^^^^^^^\n  = hint: did you mean `circuitbreaker`?"
+    );
+    // In the long form, at the value of `element:`.
+    let err = edge_error("      - element: circuitbraker\n        name: cb\n");
+    assert!(
+        err.starts_with("weft.yaml:8:18: error: edge `e`, element `cb`: unknown element `circuitbraker`\n8 |       - element: circuitbraker\n  |                  ^^^^^^^^^^^^^\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_parameter_of_the_wrong_type_points_at_the_value_in_the_config() {
+    let err = edge_error("      - circuitbreaker: {max_pending: five}\n");
+    assert!(
+        err.starts_with(
+            "weft.yaml:8:39: error: edge `e`, element `circuitbreaker`: the chain config gives parameter `max_pending` a string, but it is declared `int`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n8 |       - circuitbreaker: {max_pending: five}\n  |                                       ^^^^\n"),
+        "{err}"
+    );
+    // Where the element declares it is still said.
+    assert!(err.contains("<std>/circuitbreaker.weft:"), "{err}");
+}
+
+#[test]
+fn an_unknown_parameter_points_at_its_name_in_the_config() {
+    let err =
+        edge_error("      - element: circuitbreaker\n        params:\n          max_pendng: 5\n");
+    assert!(
+        err.starts_with(
+            "weft.yaml:10:11: error: edge `e`, element `circuitbreaker`: the chain config sets `max_pendng`, which `init` does not declare"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n10 |           max_pendng: 5\n   |           ^^^^^^^^^^\n   = hint: did you mean `max_pending`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_parameter_left_out_points_at_the_element() {
+    let err = edge_error("      - firewall\n");
+    assert!(
+        err.starts_with(
+            "weft.yaml:8:9: error: edge `e`, element `firewall`: parameter `field` has no value"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n8 |       - firewall\n  |         ^^^^^^^^\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_place_the_index_cannot_name_is_reported_without_a_line() {
+    // Edge `f`'s chain is edge `e`'s through an alias: its entry has no place of its own.
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: &chain [circuitbraker]\n  f:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: *chain\n";
+    let cfg = Config::parse("weft.yaml", &dir, yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(err.starts_with("weft.yaml:7:18: error: "), "{err}");
+    let err = load_edge(&cfg, "f").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "weft.yaml: edge `f`, element `circuitbraker`: unknown element `circuitbraker`; did you mean `circuitbreaker`?"
+    );
+}
+
+/// What starting every instance of edge `e` (`any` as given) reports, each failure rendered
+/// as `weft check --config` does.
+fn refusals(any: &str) -> Vec<String> {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let yaml = format!("{EDGE_HEAD}    any:\n{any}");
+    let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+    let loaded = load_edge(&cfg, "e").unwrap();
+    weft_ir::sim::start_each_instance(&loaded)
+        .iter()
+        .map(
+            |e| match weft_ir::load::refusal_in_config(&cfg, &loaded, e) {
+                Some(at) => at.to_string(),
+                None => format!("edge `e`: {e}"),
+            },
+        )
+        .collect()
+}
+
+#[test]
+fn a_value_init_refuses_points_at_the_value() {
+    let got = refusals("      - circuitbreaker: {max_pending: 0}\n");
+    assert_eq!(
+        got,
+        [
+            "weft.yaml:8:39: error: edge `e`: element `circuitbreaker`: `init` failed: max_pending must be at least 1, got 0\n8 |       - circuitbreaker: {max_pending: 0}\n  |                                       ^"
+        ]
+    );
+    // Of two parameters, the one the failing `require` reads.
+    let got = refusals("      - admissioncontrol: {multiplier: 2.0, buckets: 0}\n");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("weft.yaml:8:54: error: edge `e`: element `admissioncontrol`: `init` failed: buckets must be at least 1, got 0\n"),
+        "{got:?}"
+    );
+    // A value it accepts starts.
+    let got = refusals("      - circuitbreaker: {max_pending: 1}\n");
+    assert!(got.is_empty(), "{got:?}");
 }

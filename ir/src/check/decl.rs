@@ -7,7 +7,7 @@ use weft_hostcalls::state::{CellKind, Combiner, Consistency};
 
 use super::*;
 use crate::ast::{self};
-use crate::diag::did_you_mean;
+use crate::diag::{ConfigCause, did_you_mean};
 use crate::types::Type;
 
 impl Checker<'_> {
@@ -325,7 +325,8 @@ impl Checker<'_> {
                     Err(found) => {
                         self.error(p.name.span, format!(
                             "the chain config gives parameter `{name}` a {found}, but it is declared `{ty}`"
-                        ));
+                        ))
+                        .config = Some(ConfigCause::ParamValue(name.clone()));
                         misfit = true;
                         None
                     }
@@ -335,10 +336,11 @@ impl Checker<'_> {
             // A value (or default) of the wrong kind is reported above; "has no value" would
             // be false.
             if given.is_some() && value.is_none() && !misfit {
-                self.error(p.name.span, format!("parameter `{name}` has no value"))
-                    .hint = Some(format!(
+                let d = self.error(p.name.span, format!("parameter `{name}` has no value"));
+                d.hint = Some(format!(
                     "set it in the chain config, e.g. `{name}: …`, or give it a default"
                 ));
+                d.config = Some(ConfigCause::MissingParam(name.clone()));
             }
             if let (Some(v), Some(val)) = (state, &value) {
                 self.state[v].from_param = Some(val.clone());
@@ -362,11 +364,12 @@ impl Checker<'_> {
                             format!("parameters: {}", names.join(", "))
                         }
                     });
-                    self.error(
+                    let d = self.error(
                         init.span,
                         format!("the chain config sets `{k}`, which `init` does not declare"),
-                    )
-                    .hint = Some(hint);
+                    );
+                    d.hint = Some(hint);
+                    d.config = Some(ConfigCause::ParamName(k.clone()));
                 }
             }
         }

@@ -53,6 +53,7 @@ pub fn check(file: &ast::ElementFile, env: &CheckEnv<'_>) -> (Option<Element>, V
         dead: 0,
         untyped_reads: HashMap::new(),
         body: None,
+        refused_params: Vec::new(),
     };
     cx.declare_state(file);
     cx.declare_params(file);
@@ -103,6 +104,7 @@ pub fn check(file: &ast::ElementFile, env: &CheckEnv<'_>) -> (Option<Element>, V
         req,
         resp,
         unbound_params,
+        refused_params: cx.refused_params,
     };
     (Some(element), cx.diags)
 }
@@ -162,6 +164,8 @@ struct Checker<'a> {
     /// the key makes that read an error (it could have used the value as anything).
     untyped_reads: HashMap<usize, Span>,
     body: Option<BodyCx>,
+    /// See [`Element::refused_params`].
+    refused_params: Vec<String>,
 }
 
 /// Names with a meaning of their own where a value is read (`Checker::name`): a local, a

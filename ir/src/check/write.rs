@@ -350,6 +350,45 @@ impl Checker<'_> {
             span,
             "require(condition, 'message')",
         );
+        // The condition folds when it reads only constants; false, it refuses the config's
+        // values of the parameters it reads (in code that runs: not under a constant
+        // condition that skips it).
+        let refused = matches!(
+            &call.kind,
+            ExprKind::Call { args: typed, .. }
+                if matches!(typed.first().map(|c| &c.kind), Some(ExprKind::Const(Value::Bool(false))))
+        );
+        if refused
+            && self.dead == 0
+            && let (Some(given), Some(condition)) = (self.env.params, args.first())
+        {
+            let mut names = Vec::new();
+            names_in(condition, &mut names);
+            for name in names {
+                if given.contains_key(&name) && !self.refused_params.contains(&name) {
+                    self.refused_params.push(name);
+                }
+            }
+        }
         Some(StmtKind::Eval(call))
+    }
+}
+
+/// The names an expression reads, in order (lambda bodies aside: a condition of `require`
+/// has none worth following).
+fn names_in(e: &ast::Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ast::ExprKind::Name(n) => out.push(n.clone()),
+        ast::ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(a, out)),
+        ast::ExprKind::Unary { operand, .. } => names_in(operand, out),
+        ast::ExprKind::Binary { lhs, rhs, .. } => {
+            names_in(lhs, out);
+            names_in(rhs, out);
+        }
+        ast::ExprKind::Pair(a, b) => {
+            names_in(a, out);
+            names_in(b, out);
+        }
+        ast::ExprKind::Lit(_) | ast::ExprKind::Lambda(_) | ast::ExprKind::Error => {}
     }
 }

@@ -388,6 +388,13 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
                 failed += 1;
                 continue;
             }
+            // A config error shows its line and carets from the start of a line.
+            Err(e @ LoadError::Config(_)) => {
+                errln!("{e}");
+                errln!("edge `{name}`: does not load (error above)");
+                failed += 1;
+                continue;
+            }
             Err(e) => {
                 errln!("edge `{name}`: does not load: {e}");
                 failed += 1;
@@ -397,7 +404,12 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
         err!("{}", loaded.warnings);
         let mut refused: Vec<String> = weft_ir::sim::start_each_instance(&loaded)
             .iter()
-            .map(|e| format!("edge `{name}`: {e}"))
+            .map(
+                |e| match weft_ir::load::refusal_in_config(&cfg, &loaded, e) {
+                    Some(at) => at.to_string(),
+                    None => format!("edge `{name}`: {e}"),
+                },
+            )
             .collect();
         // Where this runtime would run each element (in-process, on `lib`), as it places
         // them when it loads the config: an element it cannot place stops that load.
