@@ -367,3 +367,38 @@ pub unsafe fn run(fusion: Fusion, object: &[u8], functions: &[(*const u8, *const
 
 /// What a binary built for another machine says: it has nothing it could check.
 pub const NOT_AARCH64: &str = "built for aarch64 only: run `make aarch64-test`";
+
+/// The `main` of a binary that runs the object build.rs made for `fusion` (`fused` or
+/// `unfused`, the name of its `.rs` in `OUT_DIR`) against the interpreter; on any other
+/// machine, a note and exit status 2.
+#[macro_export]
+macro_rules! linked_main {
+    ($object:literal, $fusion:ident) => {
+        #[cfg(target_arch = "aarch64")]
+        mod linked {
+            // The object build.rs linked into this binary and the addresses of its functions.
+            include!(concat!(env!("OUT_DIR"), "/", $object, ".rs"));
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        $crate::host_trampolines!();
+
+        #[cfg(target_arch = "aarch64")]
+        fn main() {
+            let functions = linked::functions();
+            // SAFETY: build.rs linked `linked::OBJECT` into this binary and `functions` are
+            // its segment functions; `host_trampolines!` above defines the host functions
+            // it imports.
+            #[allow(unsafe_code)]
+            unsafe {
+                $crate::run(weft_jit::Fusion::$fusion, linked::OBJECT, &functions)
+            };
+        }
+
+        #[cfg(not(target_arch = "aarch64"))]
+        fn main() -> std::process::ExitCode {
+            eprintln!("{}", $crate::NOT_AARCH64);
+            std::process::ExitCode::from(2)
+        }
+    };
+}
