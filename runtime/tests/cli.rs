@@ -234,6 +234,33 @@ fn sim_names_the_trace_file_line_and_field_of_a_bad_trace() {
     );
 }
 
+/// A trace with no RPC (an empty file, or only comments) printed nothing at all and
+/// exited 0, which reads like a run whose output went missing.
+#[test]
+fn sim_says_when_a_trace_holds_no_rpcs() {
+    let tmp = tempfile::tempdir().unwrap();
+    for trace in ["", "\n# nothing yet\n"] {
+        let path = tmp.path().join("t.jsonl");
+        std::fs::write(&path, trace).unwrap();
+        let out = weft(&[
+            "sim",
+            "--config",
+            "examples/echo/weft.yaml",
+            "--edge",
+            "frontend->echo",
+            "--trace",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(stdout(&out), "", "no results to print");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{} holds no RPCs", path.display())),
+            "{trace:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn sim_gives_the_same_run_with_either_executor() {
     let tmp = tempfile::tempdir().unwrap();

@@ -568,6 +568,13 @@ fn cmd_sim(
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
     let lines = parse_trace(&text).map_err(|e| trace_error(trace, e))?;
+    if !lines
+        .iter()
+        .any(|l| matches!(l, weft_ir::sim::TraceLine::Rpc(_)))
+    {
+        // Otherwise nothing at all is printed, which reads like output gone missing.
+        errln!("weft: {} holds no RPCs; nothing ran", trace.display());
+    }
     let jit = Jit::new(Fusion::Fused);
     let executor: &dyn weft_ir::sim::Executor = match outputs.executor {
         ExecutorKind::Jit => &jit,
