@@ -204,21 +204,26 @@ fn bad_inputs_get_a_clear_answer() {
     );
 }
 
+/// `weft sim` of the echo example's edge over the trace at `path`.
+fn sim_echo(path: &std::path::Path) -> Output {
+    weft(&[
+        "sim",
+        "--config",
+        "examples/echo/weft.yaml",
+        "--edge",
+        "frontend->echo",
+        "--trace",
+        path.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn sim_names_the_trace_file_line_and_field_of_a_bad_trace() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = |trace: &str| {
         let path = tmp.path().join("t.jsonl");
         std::fs::write(&path, trace).unwrap();
-        let out = weft(&[
-            "sim",
-            "--config",
-            "examples/echo/weft.yaml",
-            "--edge",
-            "frontend->echo",
-            "--trace",
-            path.to_str().unwrap(),
-        ]);
+        let out = sim_echo(&path);
         assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
         (path.display().to_string(), stderr(&out))
     };
@@ -242,15 +247,7 @@ fn sim_says_when_a_trace_holds_no_rpcs() {
     for trace in ["", "\n# nothing yet\n"] {
         let path = tmp.path().join("t.jsonl");
         std::fs::write(&path, trace).unwrap();
-        let out = weft(&[
-            "sim",
-            "--config",
-            "examples/echo/weft.yaml",
-            "--edge",
-            "frontend->echo",
-            "--trace",
-            path.to_str().unwrap(),
-        ]);
+        let out = sim_echo(&path);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         assert_eq!(stdout(&out), "", "no results to print");
         let err = stderr(&out);
