@@ -762,6 +762,7 @@ pub(crate) fn build(
                     .find(|seg| seg.edge == edge.name && seg.side == side)
             });
             let ends = Ends {
+                config: &config,
                 service,
                 version: number,
                 options,
@@ -805,6 +806,8 @@ pub fn side_name(side: Side) -> &'static str {
 
 /// What every instance of one version in this service is built with.
 struct Ends<'a> {
+    /// The config the version is built from, for errors that point into it.
+    config: &'a Config,
     service: &'a str,
     version: u64,
     options: &'a EngineOptions,
@@ -1332,6 +1335,7 @@ fn start_instance(
     channels: &mut dyn ChannelSink,
 ) -> Result<Instance, EngineError> {
     let Ends {
+        config,
         service,
         version,
         options,
@@ -1360,11 +1364,16 @@ fn start_instance(
     };
     // As the simulator and `weft bench` start one; this process holds the element's only
     // instance, so it writes the configured shared state too.
-    weft_ir::sim::start_instance(&mut instance, &ir, &el.use_, true, &mut host).map_err(
-        |e| match e {
+    weft_ir::sim::start_instance(&mut instance, &ir, &el.use_, true, &mut host).map_err(|e| {
+        // A parameter value `init` refuses is shown where the config sets it, as `weft
+        // check --config` shows it.
+        if let Some(at) = weft_ir::load::refusal_in_config(config, loaded, &e) {
+            return EngineError::from(at);
+        }
+        match e {
             weft_ir::sim::SimError::Element { message, .. } => err(message),
             other => err(other.to_string()),
-        },
-    )?;
+        }
+    })?;
     Ok(instance)
 }

@@ -845,6 +845,18 @@ fn a_parameter_an_element_refuses_stops_a_load_and_a_reload_keeps_the_running_ve
         e.contains("circuitbreaker") && e.contains("max_pending must be at least 1, got 0"),
         "{e}"
     );
+    // It points at the value in the config, as `weft check --config` does: the line, and a
+    // caret under the `0`.
+    let line = e
+        .lines()
+        .find(|l| l.contains("- circuitbreaker: {max_pending: 0}"))
+        .unwrap_or_else(|| panic!("no config line in: {e}"));
+    let caret = e
+        .lines()
+        .skip_while(|l| *l != line)
+        .nth(1)
+        .unwrap_or_default();
+    assert_eq!(caret.find('^'), line.find("0}"), "{e}");
 
     let engine = Engine::open_yaml(&breaker(1), &dir, "frontend", options()).unwrap();
     let send = || {
