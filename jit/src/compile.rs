@@ -212,14 +212,27 @@ pub fn compile(elements: &[Arc<Element>], fusion: Fusion) -> Result<Compiled, Ji
         };
         parts.push(Part { range, req, resp });
     }
-    Ok(Compiled {
-        blocks: block_layouts(elements),
-        scratch_at: weft_ir::interp::scratch_offsets(elements),
-        elements: elements.to_vec(),
-        parts,
-        tables,
-        module: Mutex::new(Some(module)),
-    })
+    Ok(Compiled::new(elements, parts, tables, Some(module)))
+}
+
+impl Compiled {
+    /// A version of `elements` whose code is `parts`; `module`, when the code was compiled
+    /// here, is freed when the version is dropped.
+    fn new(
+        elements: &[Arc<Element>],
+        parts: Vec<Part>,
+        tables: Tables,
+        module: Option<JITModule>,
+    ) -> Compiled {
+        Compiled {
+            blocks: block_layouts(elements),
+            scratch_at: weft_ir::interp::scratch_offsets(elements),
+            elements: elements.to_vec(),
+            parts,
+            tables,
+            module: Mutex::new(module),
+        }
+    }
 }
 
 fn block_layouts(elements: &[Arc<Element>]) -> Vec<Option<BlockLayout>> {
@@ -295,15 +308,8 @@ impl Compiled {
                 Part { range, req, resp }
             })
             .collect();
-        Ok(Compiled {
-            blocks: block_layouts(elements),
-            scratch_at: weft_ir::interp::scratch_offsets(elements),
-            elements: elements.to_vec(),
-            parts,
-            tables,
-            // Nothing to free: the code belongs to the process image.
-            module: Mutex::new(None),
-        })
+        // Nothing to free: the code belongs to the process image.
+        Ok(Compiled::new(elements, parts, tables, None))
     }
 }
 
