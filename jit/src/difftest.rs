@@ -81,7 +81,8 @@ fn random_headers(e: &mut Entropy, m: &mut Message) {
     }
 }
 
-fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
+/// A channel record as two executors must agree on it: times bit for bit.
+pub fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
     (
         r.element.to_string(),
         r.channel.to_string(),

@@ -25,7 +25,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weft_hostcalls::channel::ChannelRecord;
 use weft_hostcalls::rng::random_int;
 use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value};
@@ -35,7 +34,7 @@ use weft_ir::sim::{
     self, Executor, Interp, Outcome, SegmentRequest, SimOptions, SimReport, parse_trace, var_specs,
 };
 use weft_jit::host::{ALL, host_fn};
-use weft_jit::{Buffers, Compiled, Fusion, block_store};
+use weft_jit::{Buffers, Compiled, Fusion, block_store, difftest};
 
 /// One more than the largest host function id (ids are never reused, so they may have gaps).
 const SLOTS: usize = {
@@ -234,16 +233,6 @@ fn trace(n: u64, seed: u64) -> String {
     lines.join("\n")
 }
 
-fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, Value) {
-    (
-        r.element.to_string(),
-        r.channel.to_string(),
-        r.rpc_id,
-        r.time.to_bits(),
-        r.value.clone(),
-    )
-}
-
 /// Panics at the first difference between the interpreter's report and the linked code's.
 fn assert_same(oracle: &SimReport, got: &SimReport, what: &str) {
     assert_eq!(oracle.results.len(), got.results.len(), "{what}: results");
@@ -252,8 +241,8 @@ fn assert_same(oracle: &SimReport, got: &SimReport, what: &str) {
     }
     assert_eq!(oracle.errors, got.errors, "{what}: error counters differ");
     assert_eq!(oracle.state, got.state, "{what}: final state differs");
-    let ra: Vec<_> = oracle.channels.iter().map(record_key).collect();
-    let rb: Vec<_> = got.channels.iter().map(record_key).collect();
+    let ra: Vec<_> = oracle.channels.iter().map(difftest::record_key).collect();
+    let rb: Vec<_> = got.channels.iter().map(difftest::record_key).collect();
     assert_eq!(ra, rb, "{what}: channel records differ");
 }
 

@@ -2,9 +2,9 @@
 //! the three agree on every outcome, the final state, the counters and the channel records.
 #![allow(dead_code)]
 
-use weft_hostcalls::channel::ChannelRecord;
 use weft_ir::load::LoadedEdge;
 use weft_ir::sim::{self, SimError, SimOptions, SimReport, TraceLine};
+use weft_jit::difftest::record_key;
 use weft_jit::{Fusion, Jit};
 
 /// The interpreter's report, after checking that both JIT modes produce the same one.
@@ -29,16 +29,6 @@ pub fn simulate(
         }
     }
     oracle
-}
-
-fn record_key(r: &ChannelRecord) -> (String, String, u64, u64, weft_hostcalls::Value) {
-    (
-        r.element.to_string(),
-        r.channel.to_string(),
-        r.rpc_id,
-        r.time.to_bits(),
-        r.value.clone(),
-    )
 }
 
 /// Asserts two reports are identical (floats compared bit for bit).
