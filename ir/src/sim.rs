@@ -464,10 +464,15 @@ impl Interp {
         host: &mut Host<'_>,
         slots: &mut [Option<Value>],
     ) -> SegmentRequest {
-        let at = interp::scratch_offsets(elements);
+        // Where the element's keys start, counted as the loop goes: no list of offsets is
+        // made per call (an allocation on the interpreter's path, which would slow the
+        // oracle the JIT is measured against).
+        let mut at = 0;
         for (k, (e, inst)) in elements.iter().zip(instances.iter_mut()).enumerate() {
             let routed = msg.headers.get("dst").cloned();
-            let keys = slots.get_mut(at[k]..at[k + 1]).unwrap_or_default();
+            let end = at + e.metadata.len();
+            let keys = slots.get_mut(at..end).unwrap_or_default();
+            at = end;
             match interp::on_request(inst, e, msg, rpc, host, keys) {
                 Verdict::Forward(m) => msg = m,
                 verdict => {
@@ -499,10 +504,15 @@ impl Interp {
         host: &mut Host<'_>,
         slots: &mut [Option<Value>],
     ) -> Message {
-        let at = interp::scratch_offsets(elements);
-        for k in (0..=start.min(elements.len().saturating_sub(1))).rev() {
-            if let (Some(e), Some(inst)) = (elements.get(k), instances.get_mut(k)) {
-                let keys = slots.get_mut(at[k]..at[k + 1]).unwrap_or_default();
+        // From the end of element `start`'s keys back, as `request_in` counts forward.
+        let last = start.min(elements.len().saturating_sub(1));
+        let mut end = interp::scratch_len(elements.get(..=last).unwrap_or_default());
+        for k in (0..=last).rev() {
+            let Some(e) = elements.get(k) else { continue };
+            let at = end.saturating_sub(e.metadata.len());
+            let keys = slots.get_mut(at..end).unwrap_or_default();
+            end = at;
+            if let Some(inst) = instances.get_mut(k) {
                 msg = interp::on_response(inst, e, msg, rpc, host, keys);
             }
         }
