@@ -524,7 +524,7 @@ fn config_values_must_fit_and_name_declared_parameters() {
     let c = run(&std_element("fault"), Some(&catalog()), Some(&p));
     assert_eq!(
         c.errors(),
-        ["the chain config gives parameter `prob_pass` a string, but it is declared `float`"]
+        ["parameter `prob_pass` is given a string, but it is declared `float`"]
     );
     let p = params(&[("prob_pas", Value::Float(0.5))]);
     let c = run(&std_element("fault"), Some(&catalog()), Some(&p));
@@ -663,9 +663,7 @@ resp(rpc):
     let c = run(src, None, Some(&p));
     assert_eq!(
         c.errors(),
-        [
-            "the chain config gives parameter `max_concurrent_req` a string, but it is declared `int`"
-        ]
+        ["parameter `max_concurrent_req` is given a string, but it is declared `int`"]
     );
 }
 

@@ -164,9 +164,7 @@ fn parameter_errors_name_the_edge_and_the_instance() {
         "      - ratelimit: {capacity: 5, rate: 1}\n      - element: ratelimit\n        name: rl2\n        params: {capacity: five}\n",
     );
     assert!(
-        err.contains(
-            "error: edge `e`, element `rl2`: the chain config gives parameter `capacity` a string"
-        ),
+        err.contains("error: edge `e`, element `rl2`: parameter `capacity` is given a string"),
         "{err}"
     );
     assert!(!err.contains("element `ratelimit`"), "{err}");
@@ -330,7 +328,7 @@ fn a_parameter_of_the_wrong_type_points_at_the_value_in_the_config() {
     let err = edge_error("      - circuitbreaker: {max_pending: five}\n");
     assert!(
         err.starts_with(
-            "weft.yaml:8:39: error: edge `e`, element `circuitbreaker`: the chain config gives parameter `max_pending` a string, but it is declared `int`"
+            "weft.yaml:8:39: error: edge `e`, element `circuitbreaker`: parameter `max_pending` is given a string, but it is declared `int`"
         ),
         "{err}"
     );

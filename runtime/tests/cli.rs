@@ -87,6 +87,65 @@ fn props_prints_the_property_record_with_parameters_bound() {
     assert_eq!(j["init"]["state_written"], serde_json::json!(["denied"]));
 }
 
+/// `props` binds parameters from the command line, so its errors about them say so, where a
+/// config's errors name the chain config.
+#[test]
+fn props_errors_about_parameters_name_the_command_line() {
+    let props = |params: &[&str]| {
+        let mut args = vec![
+            "props",
+            "--proto",
+            "examples/echo/echo.proto",
+            "--method",
+            "echo.Echo/Say",
+        ];
+        for p in params {
+            args.extend(["--param", p]);
+        }
+        args.push("elements/ratelimit.weft");
+        weft(&args)
+    };
+
+    let out = props(&["capacity=abc"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("parameter `capacity` is given a string, but it is declared `float`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the value comes from `--param capacity=…`"),
+        "{err}"
+    );
+    assert!(!err.contains("chain config"), "{err}");
+
+    let out = props(&["capacty=5.0"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`--param capacty` names a parameter `init` does not declare"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `capacity`?"), "{err}");
+    assert!(!err.contains("chain config"), "{err}");
+
+    let out = weft(&[
+        "props",
+        "--proto",
+        "examples/echo/echo.proto",
+        "--method",
+        "echo.Echo/Say",
+        "--param",
+        "deny=[mallory]",
+        "elements/firewall.weft",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("parameter `field` has no value"), "{err}");
+    assert!(err.contains("give it with `--param field=VALUE`"), "{err}");
+    assert!(!err.contains("chain config"), "{err}");
+}
+
 #[test]
 fn sim_runs_the_example_chain() {
     let tmp = tempfile::tempdir().unwrap();

@@ -319,20 +319,21 @@ impl Checker<'_> {
                 }
                 None => None,
             };
-            let value = match config_value {
-                Some(v) => match coerce_value(v, &ty) {
-                    Ok(v) => Some(v),
-                    Err(found) => {
-                        self.error(p.name.span, format!(
-                            "the chain config gives parameter `{name}` a {found}, but it is declared `{ty}`"
+            let value =
+                match config_value {
+                    Some(v) => match coerce_value(v, &ty) {
+                        Ok(v) => Some(v),
+                        Err(found) => {
+                            self.error(p.name.span, format!(
+                            "parameter `{name}` is given a {found}, but it is declared `{ty}`"
                         ))
                         .config = Some(ConfigCause::ParamValue(name.clone()));
-                        misfit = true;
-                        None
-                    }
-                },
-                None => default_value,
-            };
+                            misfit = true;
+                            None
+                        }
+                    },
+                    None => default_value,
+                };
             // A value (or default) of the wrong kind is reported above; "has no value" would
             // be false.
             if given.is_some() && value.is_none() && !misfit {

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use weft_ir::check::{CheckEnv, check};
 use weft_ir::config::{Config, Observation};
-use weft_ir::diag::{Diagnostic, SourceFile, has_errors, render_all};
+use weft_ir::diag::{ConfigCause, Diagnostic, SourceFile, has_errors, render_all};
 use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge};
 use weft_ir::parser::parse;
@@ -488,6 +488,26 @@ fn parse_params(params: &[String]) -> Result<Params> {
     Ok(out)
 }
 
+/// The checker words a wrong parameter value as the chain config's; `props` takes its
+/// values from `--param`, so its answer names that instead.
+fn from_command_line(mut d: Diagnostic) -> Diagnostic {
+    match &d.config {
+        Some(ConfigCause::ParamValue(name)) => {
+            d.hint = Some(format!("the value comes from `--param {name}=…`"));
+        }
+        Some(ConfigCause::ParamName(name)) => {
+            d.message = format!("`--param {name}` names a parameter `init` does not declare");
+        }
+        Some(ConfigCause::MissingParam(name)) => {
+            d.hint = Some(format!(
+                "give it with `--param {name}=VALUE`, or give it a default"
+            ));
+        }
+        None => {}
+    }
+    d
+}
+
 fn cmd_props(
     protos: &[PathBuf],
     method: Option<&str>,
@@ -523,7 +543,7 @@ fn cmd_props(
                 params: bound,
             },
         );
-        diags.extend(d);
+        diags.extend(d.into_iter().map(from_command_line));
         element = e;
     }
     err!("{}", render_all(&src, &diags));
