@@ -973,9 +973,15 @@ func (w *serverStream) sendMsg(v any, msg proto.Message) error {
 		// A goroutine the handler left behind: the stream is over.
 		return errHandlerReturned
 	}
-	if w.over.get() == errAnsweredStream {
+	switch over := w.over.get(); {
+	case over == errAnsweredStream:
 		// The chain sent the stream's one reply; grpc-go would refuse a second.
 		return errAnsweredStream
+	case over != nil && !w.pending.owesResponse():
+		// The chain rejected a message and every response owed to an earlier one has gone
+		// out: this one could only answer the rejected message (a handler that ignored
+		// RecvMsg's error), and the client would take it for that message's reply.
+		return over
 	}
 	if w.sendOver != nil {
 		return w.sendOver
@@ -1136,6 +1142,13 @@ func (h *handleQueue) pop() uint64 {
 	}
 	h.owed--
 	return rpc
+}
+
+// owesResponse: some request queued still waits for the handler's response.
+func (h *handleQueue) owesResponse() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.owed > 0
 }
 
 // How hold queued a reply.
