@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -1131,5 +1132,55 @@ func TestWeftInstalledTwiceRefusesCallsSayingSo(t *testing.T) {
 		if i == 3 {
 			wantCode(t, err, codes.ResourceExhausted, "ratelimit")
 		}
+	}
+}
+
+// A Runtime opened from a file reloads it when it changes (the library's watcher); an edit
+// that does not load kept the running version with nothing to tell the application, so a
+// typo in weft.yaml went unnoticed. WatchError tells, and clears once a later edit loads.
+func TestWatchErrorTellsOfAnEditTheWatcherRefused(t *testing.T) {
+	t.Setenv("WEFT_WATCH_MS", "20")
+	path := filepath.Join(t.TempDir(), "weft.yaml")
+	good := func(deny string) string {
+		return strings.Replace(edge("echo.Echo/Say", "    server:\n      - firewall: {field: user, deny: ["+deny+"]}\n"),
+			"protos: [echo.proto]", "protos: ["+filepath.Join(echoDir, "echo.proto")+"]", 1)
+	}
+	write := func(text string) {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(good("mallory"))
+	rt, err := weft.Open(path, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.WatchError(); err != nil {
+		t.Fatalf("before any edit: %v", err)
+	}
+	write(good("mallory") + "      - ratelimit: {capacity: lots}\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.WatchError() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = rt.WatchError()
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "version 1 keeps running") ||
+		!strings.Contains(err.Error(), "parameter `capacity` a string") {
+		t.Fatalf("after a broken edit: %v", err)
+	}
+	if v := rt.Version(); v != 1 {
+		t.Fatalf("version %d after a refused edit", v)
+	}
+	write(good("eve"))
+	for (rt.Version() != 2 || rt.WatchError() != nil) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, err := rt.Version(), rt.WatchError(); v != 2 || err != nil {
+		t.Fatalf("after a good edit: version %d, %v", v, err)
+	}
+	rt.Close()
+	if err := rt.WatchError(); err != weft.ErrClosed {
+		t.Fatalf("after Close: %v", err)
 	}
 }
