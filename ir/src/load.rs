@@ -397,7 +397,10 @@ fn check_config_state<'a>(
         let ty = &ir.state[v].ty;
         if let Err(found) = crate::check::coerce_value(value.clone(), ty) {
             return Err((
-                format!("`state` gives `{var}` a {found}, but it is declared `{ty}`"),
+                format!(
+                    "`state` gives `{var}` {}, but it is declared `{ty}`",
+                    crate::check::a_or_an(&found)
+                ),
                 None,
                 EntryPart::StateValue(var),
             ));

@@ -323,10 +323,22 @@ impl Checker<'_> {
                 Some(v) => match coerce_value(v, &ty) {
                     Ok(v) => Some(v),
                     Err(found) => {
-                        self.error(p.name.span, format!(
-                            "the chain config gives parameter `{name}` a {found}, but it is declared `{ty}`"
-                        ))
-                        .config = Some(ConfigCause::ParamValue(name.clone()));
+                        let d = self.error(p.name.span, format!(
+                            "the chain config gives parameter `{name}` {}, but it is declared `{ty}`",
+                            super::a_or_an(&found)
+                        ));
+                        d.config = Some(ConfigCause::ParamValue(name.clone()));
+                        // YAML reads an unquoted 5 or true as a number or a bool.
+                        let scalar = ["int", "uint", "float", "bool"];
+                        let declared = ty.to_string();
+                        if (declared == "string" && scalar.contains(&found.as_str()))
+                            || (declared == "Vec<string>" && found.starts_with("list with"))
+                        {
+                            d.hint = Some(
+                                "quote the value in weft.yaml ('5', 'true') to give a string"
+                                    .into(),
+                            );
+                        }
                         misfit = true;
                         None
                     }
