@@ -338,6 +338,13 @@ impl Checker<'_> {
                                 "quote the value in weft.yaml ('5', 'true') to give a string"
                                     .into(),
                             );
+                        } else if declared.starts_with("Vec<")
+                            && !found.contains(' ')
+                            && found != "Vec"
+                        {
+                            d.hint = Some(format!(
+                                "`{name}` takes a list, even of one: `{name}: [...]`"
+                            ));
                         }
                         misfit = true;
                         None
