@@ -115,6 +115,12 @@ static int32_t go_weft_reload(WeftRuntime *rt, const char *yaml, const char *bas
 	if (rc != WEFT_OK) go_weft_copy_error(err, errcap);
 	return rc;
 }
+
+static int32_t go_weft_watch_result(WeftRuntime *rt, char *err, size_t errcap) {
+	int32_t rc = weft_watch_result(rt);
+	if (rc != WEFT_OK) go_weft_copy_error(err, errcap);
+	return rc;
+}
 */
 import "C"
 
@@ -455,6 +461,16 @@ func reloadRuntime(h *C.WeftRuntime, yaml, base string, fromText bool) string {
 		defer C.free(unsafe.Pointer(cbase))
 	}
 	if C.go_weft_reload(h, cyaml, cbase, err, errCap) != rcOK {
+		return C.GoString(err)
+	}
+	return ""
+}
+
+// watchFailure is the diagnostic of the config watcher's last reload when it failed, else "".
+func watchFailure(h *C.WeftRuntime) string {
+	err := (*C.char)(C.malloc(errCap))
+	defer C.free(unsafe.Pointer(err))
+	if C.go_weft_watch_result(h, err, errCap) != rcOK {
 		return C.GoString(err)
 	}
 	return ""

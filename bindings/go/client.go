@@ -68,6 +68,10 @@ func (r *Runtime) unaryClientCall(ctx context.Context, method string, req, reply
 	reqMsg, ok1 := req.(proto.Message)
 	replyMsg, ok2 := reply.(proto.Message)
 	if !ok1 || !ok2 {
+		if _, twice := req.(*rawMessage); twice {
+			// An outer interceptor of Weft's has already run a chain and encoded the request.
+			return installedTwice(method, "client")
+		}
 		return status.Errorf(codes.Internal, "weft: %s: request %T or reply %T is not a protobuf message; Weft cannot apply the chain", method, req, reply)
 	}
 	s := getCall()
@@ -691,6 +695,9 @@ func (c *clientStream) releaseReaders() {
 func (c *clientStream) SendMsg(v any) error {
 	defer c.releaseReaders()
 	msg, ok := v.(proto.Message)
+	if _, twice := v.(*rawMessage); twice {
+		return c.fail(installedTwice(c.name, "client"))
+	}
 	if !ok {
 		// As grpc-go's SendMsg, an error of the caller's ends the stream.
 		return c.fail(status.Errorf(codes.Internal, "weft: %s: %T is not a protobuf message", c.name, v))
@@ -841,6 +848,9 @@ func (c *clientStream) fail(err error) error {
 
 func (c *clientStream) RecvMsg(v any) error {
 	msg, ok := v.(proto.Message)
+	if _, twice := v.(*rawMessage); twice {
+		return c.fail(installedTwice(c.name, "client"))
+	}
 	if !ok {
 		// As grpc-go's RecvMsg, which fails to decode into it, an error of the caller's
 		// ends the stream (grpc-go fails once a message has arrived; nothing would

@@ -22,6 +22,23 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// serverInterceptorKey marks the context a unary server interceptor of Weft's hands on, so
+// that a second one on the same server finds it.
+type serverInterceptorKey struct{}
+
+// installedTwice is the error of a call that meets a second Weft interceptor on its side
+// (side is "client" or "server"): the chain would run twice on each message.
+func installedTwice(method, side string) error {
+	opts, alone := "DialOptions", "UnaryClientInterceptor/StreamClientInterceptor"
+	where := "connection"
+	if side == "server" {
+		opts, alone, where = "ServerOptions", "UnaryServerInterceptor/StreamServerInterceptor", "server"
+	}
+	return status.Errorf(codes.Internal, "weft: %s: Weft's %s interceptor is installed twice on this %s "+
+		"(rt.%s() given twice, or together with rt.%s(), or the options of two runtimes), so its chain "+
+		"would run twice on every RPC: install one runtime's %s once", method, side, where, opts, alone, opts)
+}
+
 // ServerOptions installs Weft on a server: its codec (so each message is decoded and encoded
 // once and the interceptors see the received bytes) and the unary and stream interceptors.
 func (r *Runtime) ServerOptions() []grpc.ServerOption {
@@ -38,6 +55,12 @@ func (r *Runtime) ServerOptions() []grpc.ServerOption {
 func (r *Runtime) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return r.unaryServer }
 
 func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	// A second Weft interceptor on the server would run a chain again on the same RPC
+	// (a rate limit counting it twice), and nothing else would tell: it refuses the call.
+	if ctx.Value(serverInterceptorKey{}) != nil {
+		return nil, installedTwice(info.FullMethod, "server")
+	}
+	ctx = context.WithValue(ctx, serverInterceptorKey{}, true)
 	reqMsg, ok := req.(proto.Message)
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "weft: %s: request %T is not a protobuf message; Weft cannot apply the chain", info.FullMethod, req)
@@ -436,6 +459,9 @@ func (r *Runtime) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 func (r *Runtime) streamServer(codec bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, ok := ss.(*serverStream); ok {
+			return installedTwice(info.FullMethod, "server")
+		}
 		w := &serverStream{ServerStream: ss, r: r, name: info.FullMethod, m: r.method(info.FullMethod), codec: codec,
 			oneReply: !info.IsClientStream || !info.IsServerStream}
 		w.ctx = ss.Context()
@@ -973,9 +999,15 @@ func (w *serverStream) sendMsg(v any, msg proto.Message) error {
 		// A goroutine the handler left behind: the stream is over.
 		return errHandlerReturned
 	}
-	if w.over.get() == errAnsweredStream {
+	switch over := w.over.get(); {
+	case over == errAnsweredStream:
 		// The chain sent the stream's one reply; grpc-go would refuse a second.
 		return errAnsweredStream
+	case over != nil && !w.pending.owesResponse():
+		// The chain rejected a message and every response owed to an earlier one has gone
+		// out: this one could only answer the rejected message (a handler that ignored
+		// RecvMsg's error), and the client would take it for that message's reply.
+		return over
 	}
 	if w.sendOver != nil {
 		return w.sendOver
@@ -1136,6 +1168,13 @@ func (h *handleQueue) pop() uint64 {
 	}
 	h.owed--
 	return rpc
+}
+
+// owesResponse: some request queued still waits for the handler's response.
+func (h *handleQueue) owesResponse() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.owed > 0
 }
 
 // How hold queued a reply.

@@ -206,6 +206,50 @@ func TestServerStreamRejectionEndsTheStreamWhateverTheHandlerDoes(t *testing.T) 
 	waitForNoWaitingRPCs(t, srt, "server")
 }
 
+// A handler that ignores the error RecvMsg returned for a rejected message and answers
+// anyway (a sloppy `req, _ := stream.Recv()`) must not get that answer to the client: the
+// client would take it as the reply to the message the chain refused. Found dogfooding a
+// bidirectional method with a server-side firewall.
+func TestServerStreamHandlerSendAfterARejectionDoesNotReachTheClient(t *testing.T) {
+	srt := open(t, edge("echo.Echo/SayStream", "    server:\n      - firewall: {field: user, deny: [mallory]}\n"), "echo")
+	sendErrs := make(chan error, 4)
+	addr := serveSayStream(t, bidi, func(_ any, stream grpc.ServerStream) error {
+		for {
+			var req echopb.SayRequest
+			err := stream.RecvMsg(&req)
+			if err == io.EOF {
+				return nil
+			}
+			body := req.GetBody()
+			if err != nil {
+				body = "leaked"
+			}
+			serr := stream.SendMsg(&echopb.SayReply{Body: body})
+			if err != nil {
+				sendErrs <- serr
+				return nil
+			}
+		}
+	}, srt.ServerOptions()...)
+	cs := openSayStream(t, dialConn(t, addr), bidi)
+	if err := cs.SendMsg(&echopb.SayRequest{User: "alice", Body: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	var reply echopb.SayReply
+	if err := cs.RecvMsg(&reply); err != nil || reply.GetBody() != "one" {
+		t.Fatalf("first reply %v, %v", &reply, err)
+	}
+	_ = cs.SendMsg(&echopb.SayRequest{User: "mallory", Body: "two"})
+	_ = cs.CloseSend()
+	got, err := recvAll(cs)
+	if len(got) != 0 {
+		t.Fatalf("the client got %v after its message was rejected", got)
+	}
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	wantCode(t, <-sendErrs, codes.PermissionDenied, "acl")
+	waitForNoWaitingRPCs(t, srt, "server")
+}
+
 // clientCache opens a client runtime whose cache holds the reply to "cached", and a
 // connection through it (with opts) to an echo server.
 func clientCache(t *testing.T, opts func(*weft.Runtime) []grpc.DialOption) (*weft.Runtime, *grpc.ClientConn) {

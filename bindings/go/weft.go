@@ -198,6 +198,27 @@ func (r *Runtime) Reload() error {
 	return nil
 }
 
+// WatchError is the failure of the last reload the config watcher made, nil when it has made
+// none or the last one worked. A Runtime opened from a file re-reads it, its protos and its
+// elements when they change (polled every second; WEFT_WATCH_MS sets the interval, 0 turns
+// watching off), and a change that does not load leaves the running version in place with
+// nothing else to tell of it: check WatchError after editing a config, or poll it.
+func (r *Runtime) WatchError() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return ErrClosed
+	}
+	if msg := watchFailure(r.h); msg != "" {
+		what := r.path
+		if what == "" {
+			what = "the config's protos and elements"
+		}
+		return fmt.Errorf("weft: the config watcher's reload of %s failed, version %d keeps running: %s", what, runtimeVersion(r.h), msg)
+	}
+	return nil
+}
+
 // ReloadYAML installs a new configuration given as text. On error the running version stays.
 func (r *Runtime) ReloadYAML(yaml, baseDir string) error {
 	r.mu.RLock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -1067,5 +1068,119 @@ func TestAPerCallCodecOfTheOlderInterfaceReplacesWefts(t *testing.T) {
 	}
 	if r.GetBody() != "hi" || srv.calls.Load() != 1 {
 		t.Fatalf("reply %q after %d calls", r.GetBody(), srv.calls.Load())
+	}
+}
+
+// Weft's interceptors given twice on one side (rt.ServerOptions() twice, or with
+// rt.UnaryServerInterceptor(); rt.DialOptions() with rt.UnaryClientInterceptor()) ran the
+// chain twice per RPC: a server-side rate limit of 3 admitted one call, and streams failed
+// with "*weft.rawMessage is not a protobuf message". The second interceptor refuses every
+// call instead, with an error that says what is wrong and what to do.
+func TestWeftInstalledTwiceRefusesCallsSayingSo(t *testing.T) {
+	yaml := edge("echo.Echo/*", "    server:\n      - ratelimit: {capacity: 3, rate: 0}\n    client:\n      - logging\n")
+	check := func(t *testing.T, c echopb.EchoClient, side string) {
+		t.Helper()
+		for range 2 {
+			_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+			wantCode(t, err, codes.Internal, "Weft's "+side+" interceptor is installed twice")
+		}
+		stream, err := c.SayStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.Send(&echopb.SayRequest{User: "alice", Body: "s"})
+		_, err = stream.Recv()
+		wantCode(t, err, codes.Internal, "Weft's "+side+" interceptor is installed twice")
+	}
+	for name, opts := range map[string]func(*weft.Runtime) []grpc.ServerOption{
+		"ServerOptions twice": func(rt *weft.Runtime) []grpc.ServerOption {
+			return append(rt.ServerOptions(), rt.ServerOptions()...)
+		},
+		"ServerOptions and the interceptors": func(rt *weft.Runtime) []grpc.ServerOption {
+			return append(rt.ServerOptions(), grpc.ChainUnaryInterceptor(rt.UnaryServerInterceptor()),
+				grpc.ChainStreamInterceptor(rt.StreamServerInterceptor()))
+		},
+	} {
+		t.Run("server "+name, func(t *testing.T) {
+			_, addr := serve(t, "echo-0", opts(open(t, yaml, "echo"))...)
+			check(t, dial(t, addr), "server")
+		})
+	}
+	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
+		"DialOptions twice": func(rt *weft.Runtime) []grpc.DialOption {
+			return append(rt.DialOptions(), rt.DialOptions()...)
+		},
+		"DialOptions and the interceptors": func(rt *weft.Runtime) []grpc.DialOption {
+			return append(rt.DialOptions(), grpc.WithChainUnaryInterceptor(rt.UnaryClientInterceptor()),
+				grpc.WithChainStreamInterceptor(rt.StreamClientInterceptor()))
+		},
+	} {
+		t.Run("client "+name, func(t *testing.T) {
+			_, addr := serve(t, "echo-0")
+			check(t, dial(t, addr, opts(open(t, yaml, "frontend"))...), "client")
+		})
+	}
+	// Once on each side, a Weft client calling a Weft server: the server's bucket of 3
+	// admits 3 calls.
+	_, addr := serve(t, "echo-0", open(t, yaml, "echo").ServerOptions()...)
+	c := dial(t, addr, open(t, yaml, "frontend").DialOptions()...)
+	for i := range 4 {
+		_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+		if i < 3 && err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if i == 3 {
+			wantCode(t, err, codes.ResourceExhausted, "ratelimit")
+		}
+	}
+}
+
+// A Runtime opened from a file reloads it when it changes (the library's watcher); an edit
+// that does not load kept the running version with nothing to tell the application, so a
+// typo in weft.yaml went unnoticed. WatchError tells, and clears once a later edit loads.
+func TestWatchErrorTellsOfAnEditTheWatcherRefused(t *testing.T) {
+	t.Setenv("WEFT_WATCH_MS", "20")
+	path := filepath.Join(t.TempDir(), "weft.yaml")
+	good := func(deny string) string {
+		return strings.Replace(edge("echo.Echo/Say", "    server:\n      - firewall: {field: user, deny: ["+deny+"]}\n"),
+			"protos: [echo.proto]", "protos: ["+filepath.Join(echoDir, "echo.proto")+"]", 1)
+	}
+	write := func(text string) {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(good("mallory"))
+	rt, err := weft.Open(path, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.WatchError(); err != nil {
+		t.Fatalf("before any edit: %v", err)
+	}
+	write(good("mallory") + "      - ratelimit: {capacity: lots}\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.WatchError() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = rt.WatchError()
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "version 1 keeps running") ||
+		!strings.Contains(err.Error(), "parameter `capacity` a string") {
+		t.Fatalf("after a broken edit: %v", err)
+	}
+	if v := rt.Version(); v != 1 {
+		t.Fatalf("version %d after a refused edit", v)
+	}
+	write(good("eve"))
+	for (rt.Version() != 2 || rt.WatchError() != nil) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, err := rt.Version(), rt.WatchError(); v != 2 || err != nil {
+		t.Fatalf("after a good edit: version %d, %v", v, err)
+	}
+	rt.Close()
+	if err := rt.WatchError(); err != weft.ErrClosed {
+		t.Fatalf("after Close: %v", err)
 	}
 }

@@ -451,6 +451,33 @@ impl Config {
         }
     }
 
+    /// The error for `protos` entry `index`, a file that cannot be read (`why`), at the entry.
+    pub fn protos_entry_error(&self, index: usize, why: &str) -> ConfigError {
+        let path = &self.protos[index];
+        // As written in the config, and where that led when it was relative.
+        let entry = path.strip_prefix(&self.dir).unwrap_or(path);
+        let resolved = if entry == path.as_path() {
+            String::new()
+        } else {
+            format!(" ({})", path.display())
+        };
+        let message = format!(
+            "cannot read the proto file `{}`{resolved}: {why}",
+            entry.display()
+        );
+        let hint = Some(format!(
+            "a relative path is resolved against the config's directory, here {}",
+            self.dir.display()
+        ));
+        // A list's item, or the one string `protos: file.proto`.
+        let span = place_span(&self.places, &["protos".into(), index.into()], Part::Value)
+            .or_else(|| place_span(&self.places, &["protos".into()], Part::Value));
+        match span {
+            Some(span) => ConfigError::at(&self.text, span, message, hint),
+            None => ConfigError::new(&self.file, message, hint),
+        }
+    }
+
     /// Every `element_paths` entry must be a directory. A misspelt or missing one would
     /// otherwise make each element it was meant to provide fall back to the standard
     /// library's element of the same name, without a word.

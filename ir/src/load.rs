@@ -90,9 +90,20 @@ pub fn load_schema_with_inputs(config: &Config) -> (Result<Schema, LoadError>, V
         );
     }
     let (schema, inputs) = Schema::load_with_inputs(&config.protos, &config.proto_include);
-    let schema = schema.map_err(|error| LoadError::Schema {
-        file: config.file.clone(),
-        error,
+    let schema = schema.map_err(|error| match &error {
+        // A listed file that is not there is a mistake in weft.yaml: point at the entry.
+        SchemaError::Unreadable { path, why } => match config.protos.iter().position(|p| p == path)
+        {
+            Some(index) => LoadError::Config(config.protos_entry_error(index, why)),
+            None => LoadError::Schema {
+                file: config.file.clone(),
+                error,
+            },
+        },
+        _ => LoadError::Schema {
+            file: config.file.clone(),
+            error,
+        },
     });
     (schema, inputs)
 }
@@ -397,7 +408,10 @@ fn check_config_state<'a>(
         let ty = &ir.state[v].ty;
         if let Err(found) = crate::check::coerce_value(value.clone(), ty) {
             return Err((
-                format!("`state` gives `{var}` a {found}, but it is declared `{ty}`"),
+                format!(
+                    "`state` gives `{var}` {}, but it is declared `{ty}`",
+                    crate::check::a_or_an(&found)
+                ),
                 None,
                 EntryPart::StateValue(var),
             ));

@@ -319,14 +319,21 @@ impl Schema {
             Some((svc, m)) => format!("{svc}/{m}"),
             None => trimmed.to_owned(),
         };
-        let suggestion = closest_by(&canonical, &known, |k| {
-            let short = k.rsplit_once('/').map_or(k.as_str(), |(_, m)| m);
-            if canonical.contains('/') {
-                k.as_str()
-            } else {
-                short
-            }
-        });
+        // A service's name alone (`pkg.Svc`) means all of its methods: that form is
+        // `pkg.Svc/*`, not the method whose name happens to be closest.
+        let service_alone = trimmed.trim_end_matches('/');
+        let suggestion = if self.pool.get_service_by_name(service_alone).is_some() {
+            Some(format!("{service_alone}/*"))
+        } else {
+            closest_by(&canonical, &known, |k| {
+                let short = k.rsplit_once('/').map_or(k.as_str(), |(_, m)| m);
+                if canonical.contains('/') {
+                    k.as_str()
+                } else {
+                    short
+                }
+            })
+        };
         Err(SchemaError::UnknownMethod {
             name: name.to_owned(),
             suggestion,

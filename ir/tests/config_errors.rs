@@ -188,6 +188,50 @@ fn a_yaml_syntax_error_shows_the_line_with_a_caret() {
     );
 }
 
+/// A `protos` entry that is not there was reported as "<file>: cannot read the proto file
+/// `/abs/path`", with no place, though it is a mistake written in weft.yaml; the errors
+/// about the config point at what they are about.
+#[test]
+fn a_missing_proto_file_points_at_its_entry() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    for (protos, col) in [("[protos/echo.proto]", 10), ("protos/echo.proto", 9)] {
+        let yaml = format!(
+            "protos: {protos}\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [logging]\n"
+        );
+        let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+        let err = load_edge(&cfg, "e").unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "weft.yaml:1:{col}: error: cannot read the proto file `protos/echo.proto` ("
+            )),
+            "{err}"
+        );
+        assert!(err.contains("protos/echo.proto): no such file"), "{err}");
+        assert!(err.contains("\n1 | protos: "), "{err}");
+        assert!(
+            err.contains(
+                "= hint: a relative path is resolved against the config's directory, here "
+            ),
+            "{err}"
+        );
+    }
+}
+
+/// `method: echo.Echo` (the service alone) was answered "did you mean `echo.Echo/SayStream`?",
+/// a method picked by spelling; the form for all of a service's methods is `echo.Echo/*`.
+#[test]
+fn a_service_given_as_the_method_suggests_its_wildcard() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    for method in ["echo.Echo", "echo.Echo/"] {
+        let yaml = format!(
+            "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: {method}\n    any: [logging]\n"
+        );
+        let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+        let err = load_edge(&cfg, "e").unwrap_err().to_string();
+        assert!(err.contains("did you mean `echo.Echo/*`?"), "{err}");
+    }
+}
+
 #[test]
 fn an_unknown_method_names_the_edge_and_no_element() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
@@ -321,6 +365,41 @@ fn an_unknown_element_points_at_its_name() {
         err.starts_with("weft.yaml:8:18: error: edge `e`, element `cb`: unknown element `circuitbraker`\n8 |       - element: circuitbraker\n  |                  ^^^^^^^^^^^^^\n"),
         "{err}"
     );
+}
+
+/// `deny: [5]` for a `Vec<string>` was reported as "gives parameter `deny` a int": the
+/// value given is a list, the int is one of its items, and quoting it is the fix.
+#[test]
+fn a_list_item_of_the_wrong_type_is_named_as_such_with_the_fix() {
+    let err = edge_error("      - firewall: {field: user, deny: [5]}\n");
+    assert!(
+        err.contains(
+            "parameter `deny` is given a list with an int item, but it is declared `Vec<string>`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: quote the value in weft.yaml"),
+        "{err}"
+    );
+    let err = edge_error("      - firewall: {field: 5, deny: [mallory]}\n");
+    assert!(
+        err.contains("parameter `field` is given an int, but it is declared `string`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: quote the value in weft.yaml"),
+        "{err}"
+    );
+    // One value where a list is declared.
+    let err = edge_error("      - firewall: {field: user, deny: mallory}\n");
+    assert!(
+        err.contains("= hint: `deny` takes a list, even of one: `deny: [...]`"),
+        "{err}"
+    );
+    // No quoting hint where quoting would not help.
+    let err = edge_error("      - circuitbreaker: {max_pending: five}\n");
+    assert!(!err.contains("quote"), "{err}");
 }
 
 #[test]

@@ -230,6 +230,15 @@ int32_t weft_metadata_keys(const struct WeftRuntime *rt,
                            uint32_t *messages,
                            uint8_t *stamp);
 
+// How the config watcher's last reload went: `WEFT_OK` when it has not reloaded, or its
+// last reload installed a version or found nothing changed; `WEFT_E_CONFIG` when it failed
+// (the running version stayed), with the diagnostic in `weft_last_error()`. Nothing else
+// tells an application that an edit of its config was refused.
+//
+// # Safety
+// `rt` is NULL or a live runtime.
+int32_t weft_watch_result(const struct WeftRuntime *rt);
+
 // The active config version's local install number (1, 2, …); 0 for NULL.
 //
 // # Safety

@@ -905,6 +905,28 @@ pub unsafe extern "C" fn weft_metadata_keys(
     })
 }
 
+/// How the config watcher's last reload went: `WEFT_OK` when it has not reloaded, or its
+/// last reload installed a version or found nothing changed; `WEFT_E_CONFIG` when it failed
+/// (the running version stayed), with the diagnostic in `weft_last_error()`. Nothing else
+/// tells an application that an edit of its config was refused.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_watch_result(rt: *const WeftRuntime) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        match rt.engine.last_watch_result() {
+            Some(Err(message)) => Err(FfiError {
+                code: WEFT_E_CONFIG,
+                message,
+            }),
+            _ => Ok(WEFT_OK),
+        }
+    })
+}
+
 /// The active config version's local install number (1, 2, …); 0 for NULL.
 ///
 /// # Safety

@@ -319,21 +319,42 @@ impl Checker<'_> {
                 }
                 None => None,
             };
-            let value =
-                match config_value {
-                    Some(v) => match coerce_value(v, &ty) {
-                        Ok(v) => Some(v),
-                        Err(found) => {
-                            self.error(p.name.span, format!(
-                            "parameter `{name}` is given a {found}, but it is declared `{ty}`"
-                        ))
-                        .config = Some(ConfigCause::ParamValue(name.clone()));
-                            misfit = true;
-                            None
+            let value = match config_value {
+                Some(v) => match coerce_value(v, &ty) {
+                    Ok(v) => Some(v),
+                    Err(found) => {
+                        let d = self.error(
+                            p.name.span,
+                            format!(
+                                "parameter `{name}` is given {}, but it is declared `{ty}`",
+                                super::a_or_an(&found)
+                            ),
+                        );
+                        d.config = Some(ConfigCause::ParamValue(name.clone()));
+                        // YAML reads an unquoted 5 or true as a number or a bool.
+                        let scalar = ["int", "uint", "float", "bool"];
+                        let declared = ty.to_string();
+                        if (declared == "string" && scalar.contains(&found.as_str()))
+                            || (declared == "Vec<string>" && found.starts_with("list with"))
+                        {
+                            d.hint = Some(
+                                "quote the value in weft.yaml ('5', 'true') to give a string"
+                                    .into(),
+                            );
+                        } else if declared.starts_with("Vec<")
+                            && !found.contains(' ')
+                            && found != "Vec"
+                        {
+                            d.hint = Some(format!(
+                                "`{name}` takes a list, even of one: `{name}: [...]`"
+                            ));
                         }
-                    },
-                    None => default_value,
-                };
+                        misfit = true;
+                        None
+                    }
+                },
+                None => default_value,
+            };
             // A value (or default) of the wrong kind is reported above; "has no value" would
             // be false.
             if given.is_some() && value.is_none() && !misfit {

@@ -345,6 +345,8 @@ fn infer_value_type(v: &Value) -> Option<Type> {
 /// Brings a config value to a parameter's declared type (YAML has one number kind per
 /// literal: `5` may fill a float parameter). Returns the value's kind on mismatch.
 pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
+    // The error names what was given; for a collection, the item that does not fit (`deny:
+    // [5]` for a `Vec<string>` is a list with an int item, not an int).
     let out = match (v, ty) {
         (Value::Int(i), Type::Float) => Value::Float(i as f64),
         (Value::Uint(u), Type::Float) => Value::Float(u as f64),
@@ -353,14 +355,21 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
         (Value::Vec(items), Type::Vec(t)) => Value::Vec(
             items
                 .into_iter()
-                .map(|i| coerce_value(i, t))
+                .map(|i| {
+                    coerce_value(i, t)
+                        .map_err(|found| format!("list with {} item", a_or_an(&found)))
+                })
                 .collect::<Result<_, _>>()?,
         ),
         (Value::Map(m), Type::Map(kt, vt)) => Value::Map(
             m.into_iter()
                 .map(|(k, v)| {
-                    let k = coerce_value(k, kt)?.into_canonical_key();
-                    Ok((k, coerce_value(v, vt)?))
+                    let k = coerce_value(k, kt)
+                        .map_err(|found| format!("map with {} key", a_or_an(&found)))?
+                        .into_canonical_key();
+                    let v = coerce_value(v, vt)
+                        .map_err(|found| format!("map with {} value", a_or_an(&found)))?;
+                    Ok((k, v))
                 })
                 .collect::<Result<_, String>>()?,
         ),
@@ -368,6 +377,15 @@ pub fn coerce_value(v: Value, ty: &Type) -> Result<Value, String> {
         (v, _) => return Err(v.kind_name().to_owned()),
     };
     Ok(out)
+}
+
+/// `kind` with its indefinite article: "an int", "a string".
+pub fn a_or_an(kind: &str) -> String {
+    let article = match kind.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    };
+    format!("{article} {kind}")
 }
 
 /// Folds an expression whose operands are constants.
