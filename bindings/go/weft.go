@@ -105,6 +105,10 @@ type methodInfo struct {
 	// serverKeys: the request metadata keys the server-side chain observes, fetched once
 	// per version (nil until the first call).
 	serverKeys atomic.Pointer[keySet]
+	// installChecks counts the unary server calls that looked for a second Weft interceptor
+	// (installCheckCalls at most); installedTwice is set once one was found (server.go).
+	installChecks  atomic.Int32
+	installedTwice atomic.Bool
 }
 
 // keySet is weft_metadata_keys' answer: version 0 means the chain observes every key.
