@@ -203,7 +203,7 @@ func (r *Runtime) Reload() error {
 }
 
 // WatchError is the failure of the last reload the config watcher made, nil when it has made
-// none or the last one worked. A Runtime opened from a file re-reads it, its protos and its
+// none, the last one worked, or a Reload or ReloadYAML has worked since. A Runtime opened from a file re-reads it, its protos and its
 // elements when they change (polled every second; WEFT_WATCH_MS sets the interval, 0 turns
 // watching off), and a change that does not load leaves the running version in place with
 // nothing else to tell of it: check WatchError after editing a config, or poll it.

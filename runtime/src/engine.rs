@@ -423,6 +423,14 @@ pub struct Engine {
     _watcher: Option<Watcher>,
 }
 
+/// Who asked for a reload: the config watcher's results are kept for
+/// [`Engine::last_watch_result`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReloadBy {
+    Watcher,
+    Caller,
+}
+
 /// What a successful reload did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reloaded {
@@ -543,6 +551,8 @@ impl Engine {
 
     /// What the config watcher's last reload did, if it reloaded at all: the version it
     /// installed, or the diagnostic of a reload that failed (the old version kept running).
+    /// A successful [`Engine::reload`] or [`Engine::reload_yaml`] after a failure clears it
+    /// (`None`): it read the config since.
     pub fn last_watch_result(&self) -> Option<Result<Reloaded, String>> {
         self.inner
             .watch_result
@@ -554,7 +564,7 @@ impl Engine {
     /// Reads the config source again and installs it beside the current version. On any
     /// error the current version keeps running and the error carries the diagnostic.
     pub fn reload(&self) -> Result<Reloaded, EngineError> {
-        self.inner.reload(None)
+        self.inner.reload(None, ReloadBy::Caller)
     }
 
     /// Replaces the config with YAML text and installs it (as [`Engine::reload`]); later
@@ -564,10 +574,13 @@ impl Engine {
         yaml: &str,
         base_dir: impl AsRef<Path>,
     ) -> Result<Reloaded, EngineError> {
-        self.inner.reload(Some(ConfigSource::Yaml {
-            text: yaml.to_owned(),
-            base_dir: base_dir.as_ref().to_path_buf(),
-        }))
+        self.inner.reload(
+            Some(ConfigSource::Yaml {
+                text: yaml.to_owned(),
+                base_dir: base_dir.as_ref().to_path_buf(),
+            }),
+            ReloadBy::Caller,
+        )
     }
 
     /// Runs the request path of `method`'s edge on `side`. The client side stamps
@@ -1040,13 +1053,6 @@ impl Inner {
         self.counters.rejected()
     }
 
-    pub(crate) fn record_watch_result(&self, result: Result<Reloaded, EngineError>) {
-        *self
-            .watch_result
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(result.map_err(|e| e.to_string()));
-    }
-
     /// The files the last build read (see [`FilesRead`]), and the fingerprint of their
     /// content as it read them. After a failed build these are the failed build's files, so
     /// fixing a file only the new config lists is noticed.
@@ -1057,11 +1063,36 @@ impl Inner {
             .clone()
     }
 
-    pub(crate) fn reload(&self, new_source: Option<ConfigSource>) -> Result<Reloaded, EngineError> {
+    /// Reloads, and keeps what the watcher needs to tell ([`Engine::last_watch_result`]),
+    /// under the reload lock so that results are kept in the order the reloads ran.
+    pub(crate) fn reload(
+        &self,
+        new_source: Option<ConfigSource>,
+        by: ReloadBy,
+    ) -> Result<Reloaded, EngineError> {
         let _serial = self
             .reload_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let result = self.reload_serially(new_source);
+        let mut watched = self
+            .watch_result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (by, &result) {
+            (ReloadBy::Watcher, _) => {
+                *watched = Some(result.as_ref().copied().map_err(|e| e.to_string()));
+            }
+            // The caller's reload read the config since the watcher failed (or replaced it):
+            // that failure no longer describes what runs.
+            (ReloadBy::Caller, Ok(_)) if matches!(*watched, Some(Err(_))) => *watched = None,
+            (ReloadBy::Caller, _) => {}
+        }
+        result
+    }
+
+    /// [`Inner::reload`]'s work; the caller holds the reload lock.
+    fn reload_serially(&self, new_source: Option<ConfigSource>) -> Result<Reloaded, EngineError> {
         let source = match new_source {
             Some(s) => s,
             None => self

@@ -906,8 +906,9 @@ pub unsafe extern "C" fn weft_metadata_keys(
 }
 
 /// How the config watcher's last reload went: `WEFT_OK` when it has not reloaded, or its
-/// last reload installed a version or found nothing changed; `WEFT_E_CONFIG` when it failed
-/// (the running version stayed), with the diagnostic in `weft_last_error()`. Nothing else
+/// last reload installed a version or found nothing changed, or a `weft_reload` /
+/// `weft_reload_yaml` has succeeded since; `WEFT_E_CONFIG` when it failed (the running
+/// version stayed), with the diagnostic in `weft_last_error()`. Nothing else
 /// tells an application that an edit of its config was refused.
 ///
 /// # Safety

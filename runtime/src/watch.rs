@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::engine::Inner;
+use crate::engine::{Inner, ReloadBy};
 
 /// Stops and joins the polling thread when dropped.
 pub(crate) struct Watcher {
@@ -92,8 +92,7 @@ impl Watcher {
                     settling = None;
                     // A failed reload (a broken element) keeps the old version and is
                     // reported; the next change to the files tries again.
-                    let result = e.reload(None);
-                    e.record_watch_result(result);
+                    let _ = e.reload(None, ReloadBy::Watcher);
                     // Compare next with what this reload read, installed or not: a write
                     // during the reload is then seen at the next poll, an unchanged or
                     // failed build is not retried on the same content, and after a failure

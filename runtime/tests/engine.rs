@@ -554,6 +554,33 @@ fn the_watcher_notices_the_fix_of_a_file_only_the_failed_config_lists() {
     );
 }
 
+/// A reload the application makes itself after the watcher failed reads the config anew:
+/// the watcher's failure no longer describes what runs, and is not reported after it.
+#[test]
+fn a_reload_of_the_callers_own_clears_the_watchers_failure() {
+    let dir = echo_copy();
+    let engine = watching(dir.path(), None);
+    let config = dir.path().join("weft.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    replace_file(&config, &yaml.replace("capacity: 5", "capacity: lots"));
+    assert!(
+        watch_result_becomes(&engine, Some(Err(()))),
+        "{:?}",
+        engine.last_watch_result()
+    );
+    // A failing reload of the caller's leaves the report as it was.
+    assert!(engine.reload().is_err());
+    assert!(matches!(engine.last_watch_result(), Some(Err(_))));
+    // The config as text: the broken file is no longer read, so the watcher has nothing to
+    // reload and only the caller's reload can change the report.
+    let fixed = yaml.replace("capacity: 5", "capacity: 6");
+    assert_eq!(
+        engine.reload_yaml(&fixed, dir.path()).unwrap(),
+        Reloaded::Installed(2)
+    );
+    assert_eq!(engine.last_watch_result(), None);
+}
+
 /// A local element file that shadows a standard one: deleting it falls back to the
 /// standard element, and putting it back is noticed though the running version no longer
 /// reads it.
