@@ -282,6 +282,21 @@ impl Frame<'_, '_, '_> {
         self.get(h).cloned()
     }
 
+    /// Moves the value out of its slot, leaving `Unit`: only for a handle nothing reads
+    /// again, such as the text of a rejection (its handler ends there, and the next
+    /// element's code cannot name this one's values). A read of the slot afterwards would
+    /// find `Unit` and fail with a type error, never read freed memory.
+    fn take_last_use(&mut self, h: u64) -> Result<Value, RuntimeError> {
+        if h == UNIT {
+            return Ok(Value::Unit);
+        }
+        usize::try_from(h)
+            .ok()
+            .and_then(|i| self.arena.get_mut(i))
+            .map(|slot| std::mem::replace(slot, Value::Unit))
+            .ok_or_else(|| RuntimeError::Type(format!("dangling value handle {h}")))
+    }
+
     fn put(&mut self, v: Value) -> u64 {
         self.arena.push(v);
         (self.arena.len() - 1) as u64
@@ -1368,7 +1383,7 @@ fn record(
 
 /// A request-side rejection's message text (the code and element are out-params).
 extern "C" fn hc_reject(f: F, text: u64) {
-    guard(f, (), |f| match f.take_clone(text)? {
+    guard(f, (), |f| match f.take_last_use(text)? {
         Value::Str(s) => {
             f.reject = s;
             Ok(())
@@ -1381,7 +1396,7 @@ extern "C" fn hc_reject(f: F, text: u64) {
 /// of the response the element received (`entry`).
 extern "C" fn hc_resp_reject(f: F, entry: u64, code: i64, text: u64) -> u64 {
     guard(f, UNIT, |f| {
-        let Value::Str(s) = f.take_clone(text)? else {
+        let Value::Str(s) = f.take_last_use(text)? else {
             return Err(RuntimeError::Type("error message".into()));
         };
         let headers = f.msg(entry)?.headers.clone();
