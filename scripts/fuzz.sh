@@ -9,6 +9,8 @@
 # Corpora grow in fuzz/corpus/<target> (not committed); `frontend` is seeded from the
 # standard elements and fuzz/seeds/frontend. Reproduce a finding with
 #   cd fuzz && cargo +nightly fuzz run <target> artifacts/<target>/<file>
+# `c_abi` keeps runtimes open between inputs; if a finding does not replay alone, rerun the
+# fuzzer with WEFT_FUZZ_FRESH=1 (a runtime per input) to find one that does.
 set -euo pipefail
 
 total="${1:-600}"
