@@ -54,8 +54,9 @@ demo: deps
 	@echo "== final state is in target/demo-state.json"
 
 # Fuzzing: the front end and the generator share FUZZ_SECONDS (10 minutes by default), the
-# JIT-vs-interpreter comparison gets FUZZ_SECONDS of its own, and the direct message JSON
-# writer against prost-reflect a quarter of it. FUZZ_SECONDS=60 for a quick run. Needs the
+# JIT-vs-interpreter comparison gets FUZZ_SECONDS of its own, the direct message JSON
+# writer against prost-reflect a quarter of it, and random call sequences against the C ABI
+# (docs/c-abi.md, "Fuzzing") half of it. FUZZ_SECONDS=60 for a quick run. Needs the
 # nightly toolchain and cargo-fuzz, which the script installs when missing.
 # `fuzz` also runs the planner's soundness test at 100 000 cases (planner-fuzz).
 FUZZ_SECONDS ?= 600
@@ -63,6 +64,7 @@ fuzz: deps planner-fuzz
 	FUZZ_TARGETS="frontend generated" ./scripts/fuzz.sh $(FUZZ_SECONDS)
 	FUZZ_TARGETS="jit_vs_interp" ./scripts/fuzz.sh $(FUZZ_SECONDS)
 	FUZZ_TARGETS="message_json" ./scripts/fuzz.sh $$(( $(FUZZ_SECONDS) / 4 + 1 ))
+	FUZZ_TARGETS="c_abi" ./scripts/fuzz.sh $$(( $(FUZZ_SECONDS) / 2 + 1 ))
 
 # The JIT's benchmarks and the planner's planning time (criterion; results and the machine
 # are in docs/benchmarks.md).

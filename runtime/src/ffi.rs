@@ -697,6 +697,10 @@ pub unsafe extern "C" fn weft_server_exchange(
                 utf8(s).map_err(|e| FfiError::argument(format!("`stamp` is not UTF-8: {e}")))?,
             ),
         };
+        // The stamp comes in its own argument, but the encoding is checked as
+        // `weft_request` checks it, before anything else: a chain that observes no header
+        // never decodes the metadata, and `write_verdict` relies on it being valid.
+        metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
         let prepared = rt.engine.prepare(Side::Server, input.method, stamp)?;
         // Without the request message, perhaps without the response, with only some headers:
         // another version, even one that can wait too, may read more.

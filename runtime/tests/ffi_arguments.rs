@@ -1,0 +1,93 @@
+//! Arguments the C ABI must refuse, found by the `c_abi` fuzz target (fuzz/fuzz_targets/c_abi.rs):
+//! each entry point answers a bad argument with `WEFT_E_ARGUMENT` before anything runs,
+//! whatever else about the call (its method, its chain) would answer otherwise.
+// Drives the library through its C ABI, as a binding does.
+#![allow(unsafe_code)]
+// Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::ffi::{CStr, CString};
+
+use common::{echo_edge, examples, two_strings};
+use weft_runtime::ffi::{
+    WEFT_E_ARGUMENT, WEFT_OK, WeftBuf, WeftCall, WeftCounters, WeftRuntime, weft_close,
+    weft_counters, weft_last_error, weft_open_yaml, weft_server_exchange,
+};
+
+/// The echo server running `metrics`, whose request path can wait for the response.
+fn open_server() -> *mut WeftRuntime {
+    let yaml = CString::new(echo_edge(&[], &["metrics"])).unwrap();
+    let dir = CString::new(examples().join("echo").to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rt = unsafe { weft_open_yaml(yaml.as_ptr(), dir.as_ptr(), c"echo".as_ptr(), 0) };
+    assert!(!rt.is_null());
+    rt
+}
+
+/// `weft_server_exchange` of an OK response `reply` for `method` with metadata `md`:
+/// (return code, the thread's last error).
+fn exchange(rt: *mut WeftRuntime, method: &[u8], md: &[u8], reply: &[u8]) -> (i32, String) {
+    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+    let mut call = WeftCall {
+        method: method.as_ptr(),
+        method_len: method.len(),
+        metadata: md.as_ptr(),
+        metadata_len: md.len(),
+        message: reply.as_ptr(),
+        message_len: reply.len(),
+        out_message: WeftBuf::over(&mut m),
+        out_metadata: WeftBuf::over(&mut meta),
+        route: WeftBuf::over(&mut route),
+        ..WeftCall::default()
+    };
+    // SAFETY: a live runtime, a call whose pointers are valid for their lengths, no stamp.
+    let rc = unsafe { weft_server_exchange(rt, &mut call, std::ptr::null(), 0, 0) };
+    // SAFETY: valid until this thread's next call into Weft; copied before it.
+    let error = unsafe { CStr::from_ptr(weft_last_error()) }
+        .to_string_lossy()
+        .into_owned();
+    (rc, error)
+}
+
+fn element_runs(rt: *mut WeftRuntime) -> WeftCounters {
+    let mut c = WeftCounters::default();
+    // SAFETY: a live runtime and a writable struct.
+    assert_eq!(unsafe { weft_counters(rt, &mut c) }, WEFT_OK);
+    c
+}
+
+/// `weft_request` and `weft_response` refuse a metadata encoding that breaks the rule
+/// before anything else; `weft_server_exchange` did not check it at all when the server's
+/// chain observes no header (it passes every entry through undecoded), and answered
+/// `WEFT_E_NO_EDGE` for a method without a chain, telling the caller to pass the call on.
+#[test]
+fn an_exchange_refuses_a_bad_metadata_encoding_whatever_the_method() {
+    let rt = open_server();
+    let reply = two_strings("hi", "echo-1");
+    // A key length of 1 with no key after it; then a key with a space in it.
+    let mut spaced = Vec::new();
+    for s in [&b"x tenant"[..], b"v"] {
+        spaced.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        spaced.extend_from_slice(s);
+    }
+    for md in [&[1u8, 0, 0, 0][..], &[0u8][..], &spaced] {
+        for method in [&b"/echo.Echo/Say"[..], b"/echo.Echo/Nope"] {
+            let (rc, error) = exchange(rt, method, md, &reply);
+            assert_eq!(
+                rc,
+                WEFT_E_ARGUMENT,
+                "{} with metadata {md:?}: {error}",
+                String::from_utf8_lossy(method)
+            );
+            assert!(error.contains("metadata entry 0"), "{error}");
+        }
+    }
+    // Nothing ran: a valid exchange still passes, and no error was counted.
+    let (rc, error) = exchange(rt, b"/echo.Echo/Say", &[], &reply);
+    assert_eq!(rc, WEFT_OK, "{error}");
+    assert_eq!(element_runs(rt).element_errors, 0);
+    // SAFETY: the runtime is live and no call is in flight.
+    unsafe { weft_close(rt) };
+}
