@@ -451,20 +451,22 @@ impl Config {
         }
     }
 
+    /// A path of the config as written in it, and ` (where it led)` when it was relative
+    /// (else empty), for errors about it.
+    fn as_written(&self, path: &Path) -> (String, String) {
+        match path.strip_prefix(&self.dir) {
+            Ok(entry) => (
+                entry.display().to_string(),
+                format!(" ({})", path.display()),
+            ),
+            Err(_) => (path.display().to_string(), String::new()),
+        }
+    }
+
     /// The error for `protos` entry `index`, a file that cannot be read (`why`), at the entry.
     pub fn protos_entry_error(&self, index: usize, why: &str) -> ConfigError {
-        let path = &self.protos[index];
-        // As written in the config, and where that led when it was relative.
-        let entry = path.strip_prefix(&self.dir).unwrap_or(path);
-        let resolved = if entry == path.as_path() {
-            String::new()
-        } else {
-            format!(" ({})", path.display())
-        };
-        let message = format!(
-            "cannot read the proto file `{}`{resolved}: {why}",
-            entry.display()
-        );
+        let (entry, resolved) = self.as_written(&self.protos[index]);
+        let message = format!("cannot read the proto file `{entry}`{resolved}: {why}");
         let hint = Some(format!(
             "a relative path is resolved against the config's directory, here {}",
             self.dir.display()
@@ -489,17 +491,8 @@ impl Config {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_owned(),
                 Err(e) => format!("cannot be read: {e}"),
             };
-            // As written in the config, and where that led when it was relative.
-            let entry = path.strip_prefix(&self.dir).unwrap_or(path);
-            let resolved = if entry == path.as_path() {
-                String::new()
-            } else {
-                format!(" ({})", path.display())
-            };
-            let message = format!(
-                "`element_paths` entry `{}`{resolved} {problem}",
-                entry.display()
-            );
+            let (entry, resolved) = self.as_written(path);
+            let message = format!("`element_paths` entry `{entry}`{resolved} {problem}");
             let hint = Some(
                 "each entry is a directory of <element>.weft files; a relative one is resolved against the config's directory".into(),
             );
