@@ -401,6 +401,12 @@ impl Checker<'_> {
                     (Type::Str, t) | (t, Type::Str) if t.is_numeric() => {
                         Some("convert the number with `str(x)`, or parse the string with `parse_int`/`parse_float`".to_string())
                     }
+                    // A deadline written as `now + 5.0`: there is no instant arithmetic.
+                    (Type::Instant, t) | (t, Type::Instant) if t.is_numeric() => Some(
+                        "an instant cannot be moved by a number of seconds: keep the instant and \
+                         compare `time_diff(current_time(), start)` with the seconds"
+                            .to_string(),
+                    ),
                     _ => None,
                 };
                 self.error(
