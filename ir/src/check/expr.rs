@@ -133,6 +133,7 @@ impl Checker<'_> {
 
     pub(super) fn name(&mut self, n: &str, expected: Option<&Type>, span: Span) -> Expr {
         if let Some(local) = self.body.as_ref().and_then(|b| b.lookup(n)) {
+            self.bx().read.insert(local);
             let bx = self.body.as_ref().expect("body");
             let ty = bx.locals[local].ty.clone();
             if !bx.defined.contains(&local) && bx.reachable {

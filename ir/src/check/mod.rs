@@ -133,6 +133,10 @@ struct BodyCx {
     declared_dead: HashSet<LocalId>,
     msg: Option<LocalId>,
     lambdas: Vec<LambdaCx>,
+    /// Locals read anywhere in the body, and where each local an assignment created was
+    /// first assigned: one never read is often a misspelt state variable.
+    read: HashSet<LocalId>,
+    created: Vec<(LocalId, Span)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -483,6 +487,8 @@ impl BodyCx {
             declared_dead: HashSet::new(),
             msg,
             lambdas: Vec::new(),
+            read: HashSet::new(),
+            created: Vec::new(),
         }
     }
 
