@@ -392,9 +392,10 @@ pub fn decompress_value(v: &Value) -> Result<Value, BuiltinError> {
 ///
 /// The values (ints, uints, floats or instants, converted to `f64`) are sorted by IEEE total
 /// order; with `h = (n - 1) * q`, the result interpolates between the values at ranks
-/// `floor(h)` and `ceil(h)`. `q` is clamped to [0, 1]. A NaN among the values sorts after
-/// +inf (or before -inf if its sign bit is set) and is returned or propagated when it is
-/// involved in the interpolation.
+/// `floor(h)` and `ceil(h)`; a `q` outside [0, 1] is an error. A NaN among the values sorts
+/// after +inf whatever its sign bit (which the language never shows, and which `0.0 / 0.0`
+/// sets on x86-64 but not on AArch64), and is returned or propagated when it is involved in
+/// the interpolation.
 pub fn quantile(values: &[Value], q: f64) -> Result<f64, BuiltinError> {
     if !(0.0..=1.0).contains(&q) {
         return Err(BuiltinError::QuantileOutOfRange { q });
@@ -407,7 +408,7 @@ pub fn quantile(values: &[Value], q: f64) -> Result<f64, BuiltinError> {
         .map(|v| match v {
             Value::Int(i) => Ok(*i as f64),
             Value::Uint(u) => Ok(*u as f64),
-            Value::Float(f) | Value::Instant(f) => Ok(*f),
+            Value::Float(f) | Value::Instant(f) => Ok(canonical_nan(*f)),
             other => Err(wrong_kind("quantile", "a collection of numbers", other)),
         })
         .collect::<Result<Vec<f64>, _>>()?;
@@ -431,6 +432,12 @@ pub fn quantile(values: &[Value], q: f64) -> Result<f64, BuiltinError> {
     } else {
         b - (b - a) * (1.0 - t)
     })
+}
+
+/// `f` with any NaN made the positive quiet NaN, so that total order sorts it last; -0.0
+/// stays, since total order keeps it before 0.0 wherever it came from.
+fn canonical_nan(f: f64) -> f64 {
+    if f.is_nan() { f64::NAN } else { f }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -100,7 +100,11 @@ impl Stops {
             parts.push("can answer requests itself");
         }
         if self.fails {
-            parts.push("can fail at run time (which rejects the request)");
+            parts.push(if dir_resp {
+                "can fail at run time (which turns the response into an error)"
+            } else {
+                "can fail at run time (which rejects the request)"
+            });
         }
         parts.join(" and ")
     }

@@ -420,6 +420,15 @@ impl Explainer<'_> {
                         self.name(m),
                         self.elem(m).req.stops.describe(false)
                     )
+                } else if self.elem(m).resp.stops.any()
+                    && (key.is_empty() || !self.elem(m).resp.writes_key(&key))
+                {
+                    // It is below for turning responses into errors, not for writing this.
+                    format!(
+                        "`{}` {} on the way back",
+                        self.name(m),
+                        self.elem(m).resp.stops.describe(true)
+                    )
                 } else {
                     format!("`{}` changes it on the way back", self.name(m))
                 };

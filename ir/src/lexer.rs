@@ -575,7 +575,12 @@ impl Lexer<'_> {
         let Some(tok) = tok else {
             let hint = match c {
                 '!' => Some("write `not` for negation"),
-                '[' | ']' => Some("index with `get(v, i)` and write with `set(v, i, x)`"),
+                // Met both as `v[i]` and as a list literal (a default, a `quantile` argument).
+                '[' | ']' => Some(
+                    "there are no list literals or brackets: read with `get(v, i)`, write with \
+                     `set(v, i, x)`; a `Vec` parameter takes its list from the chain config \
+                     (`deny: [a, b]`) and has no default",
+                ),
                 '{' | '}' | ';' => Some("blocks are by indentation: end the line with `:`"),
                 _ => None,
             };

@@ -141,6 +141,17 @@ impl Parser {
         Err(Reported)
     }
 
+    /// The `:` that ends an `if`/`elif` condition. A `=` there is an assignment written for
+    /// a comparison, which the expression grammar stops at.
+    fn expect_condition_colon(&mut self) -> PResult<Span> {
+        if self.at(&Tok::Assign) {
+            self.error_here("expected `:` after the condition, found `=`")
+                .hint = Some("compare with `==`; `=` assigns, as a statement of its own".into());
+            return Err(Reported);
+        }
+        self.expect(&Tok::Colon, "`:` after the condition")
+    }
+
     fn ident(&mut self, what: &str) -> PResult<Ident> {
         if let Tok::Name(n) = self.peek() {
             let name = n.clone();
@@ -823,7 +834,7 @@ impl Parser {
         let start = self.bump().span;
         let mut branches = Vec::new();
         let cond = self.condition();
-        self.expect(&Tok::Colon, "`:` after the condition")?;
+        self.expect_condition_colon()?;
         branches.push((cond, self.block()?));
         let mut otherwise = None;
         loop {
@@ -839,10 +850,15 @@ impl Parser {
                 }
                 self.bump();
                 let cond = self.condition();
-                self.expect(&Tok::Colon, "`:` after the condition")?;
+                self.expect_condition_colon()?;
                 branches.push((cond, self.block()?));
             } else if self.at(&Tok::Else) {
                 self.bump();
+                if self.at(&Tok::If) {
+                    self.error_here("expected `:` after `else`, found `if`")
+                        .hint = Some("write `elif` for another condition".into());
+                    return Err(Reported);
+                }
                 self.expect(&Tok::Colon, "`:` after `else`")?;
                 otherwise = Some(self.block()?);
                 break;

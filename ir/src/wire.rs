@@ -1058,14 +1058,41 @@ fn json_culprit(desc: &MessageDescriptor, json: &serde_json::Value) -> Option<St
         let field = desc
             .get_field_by_name(name)
             .or_else(|| desc.get_field_by_json_name(name));
-        let inner = field.as_ref().and_then(|f| match f.kind() {
-            prost_reflect::Kind::Message(m) if !f.is_list() && !f.is_map() => {
-                json_culprit(&m, value)
+        // A repeated message or a map of messages: the first item refused, then the field
+        // inside it (`items[2].qty`, `by_sku["a"].qty`).
+        let inner = field.as_ref().and_then(|f| match (f.kind(), value) {
+            (prost_reflect::Kind::Message(m), _) if !f.is_list() && !f.is_map() => {
+                json_culprit(&m, value).map(|rest| format!(".{rest}"))
+            }
+            (prost_reflect::Kind::Message(m), serde_json::Value::Array(items)) if f.is_list() => {
+                items.iter().enumerate().find_map(|(i, item)| {
+                    DynamicMessage::deserialize(m.clone(), item).is_err().then(
+                        || match json_culprit(&m, item) {
+                            Some(rest) => format!("[{i}].{rest}"),
+                            None => format!("[{i}]"),
+                        },
+                    )
+                })
+            }
+            (prost_reflect::Kind::Message(entry), serde_json::Value::Object(entries))
+                if f.is_map() =>
+            {
+                let prost_reflect::Kind::Message(m) = entry.map_entry_value_field().kind() else {
+                    return None;
+                };
+                entries.iter().find_map(|(k, item)| {
+                    DynamicMessage::deserialize(m.clone(), item).is_err().then(
+                        || match json_culprit(&m, item) {
+                            Some(rest) => format!("[{k:?}].{rest}"),
+                            None => format!("[{k:?}]"),
+                        },
+                    )
+                })
             }
             _ => None,
         });
         return Some(match inner {
-            Some(rest) => format!("{name}.{rest}"),
+            Some(rest) => format!("{name}{rest}"),
             None => name.clone(),
         });
     }

@@ -275,3 +275,27 @@ fn writing_a_oneof_member_writes_its_siblings() {
     let v = firewall_first_on_oneof("a", "user");
     assert!(v.equivalent, "{}", v.reason);
 }
+
+#[test]
+fn a_response_handler_that_can_fail_is_named_for_failing_not_for_writing() {
+    // bodycount counts empty response bodies on the way back. servedheader writes only a
+    // response header, but from a field, so it can fail at run time, turning the response
+    // into an error without a body. Configured, servedheader is closer to the server and
+    // bodycount sees its failures; swapped, bodycount does not. servedheader never writes
+    // `body`, so the reason must say it can fail, not that it changes the body.
+    let mut c = checker("    consistency: weak\n    any: [servedheader, bodycount]\n");
+    let v = check(
+        &mut c,
+        &["bodycount", "servedheader"],
+        &[],
+        Observation::Weak,
+    );
+    assert!(!v.equivalent);
+    assert!(
+        v.reason.contains("`servedheader` can fail at run time")
+            && v.reason.contains("`body`")
+            && !v.reason.contains("changes it"),
+        "{}",
+        v.reason
+    );
+}

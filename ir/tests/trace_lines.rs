@@ -171,3 +171,25 @@ fn a_field_of_the_wrong_type_is_named_by_its_path() {
     assert!(m.contains("`resp`"), "{m}");
     assert!(m.contains("field `cart_id`"), "{m}");
 }
+
+#[test]
+fn a_field_inside_a_repeated_or_map_message_is_named_by_its_item() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("shop.proto"),
+        "syntax = \"proto3\";\npackage shop;\nservice Cart { rpc Add(AddReq) returns (AddRep); }\nmessage Item { string sku = 1; uint32 qty = 2; }\nmessage AddReq { repeated Item items = 1; map<string, Item> by_sku = 2; }\nmessage AddRep { string cart_id = 1; }\n",
+    )
+    .unwrap();
+    let yaml = "protos: [shop.proto]\nedges:\n  e:\n    from: f\n    to: s\n    method: shop.Cart/Add\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let e = load_edge(&cfg, "e").unwrap();
+    let message = |trace: &str| match run(&e, trace).unwrap_err() {
+        SimError::Trace { message, .. } => message,
+        other => panic!("{other:?}"),
+    };
+    // It named only `items`, of a list whose second item has a negative uint32.
+    let m = message("{\"req\": {\"items\": [{\"qty\": 1}, {\"sku\": \"a\", \"qty\": -1}]}}\n");
+    assert!(m.contains("field `items[1].qty`"), "{m}");
+    let m = message("{\"req\": {\"by_sku\": {\"a\": {\"qty\": 2}, \"b\": {\"qty\": \"two\"}}}}\n");
+    assert!(m.contains("field `by_sku[\"b\"].qty`"), "{m}");
+}

@@ -133,6 +133,7 @@ impl Checker<'_> {
 
     pub(super) fn name(&mut self, n: &str, expected: Option<&Type>, span: Span) -> Expr {
         if let Some(local) = self.body.as_ref().and_then(|b| b.lookup(n)) {
+            self.bx().read.insert(local);
             let bx = self.body.as_ref().expect("body");
             let ty = bx.locals[local].ty.clone();
             if !bx.defined.contains(&local) && bx.reachable {
@@ -401,6 +402,12 @@ impl Checker<'_> {
                     (Type::Str, t) | (t, Type::Str) if t.is_numeric() => {
                         Some("convert the number with `str(x)`, or parse the string with `parse_int`/`parse_float`".to_string())
                     }
+                    // A deadline written as `now + 5.0`: there is no instant arithmetic.
+                    (Type::Instant, t) | (t, Type::Instant) if t.is_numeric() => Some(
+                        "an instant cannot be moved by a number of seconds: keep the instant and \
+                         compare `time_diff(current_time(), start)` with the seconds"
+                            .to_string(),
+                    ),
                     _ => None,
                 };
                 self.error(

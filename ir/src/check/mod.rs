@@ -133,6 +133,10 @@ struct BodyCx {
     declared_dead: HashSet<LocalId>,
     msg: Option<LocalId>,
     lambdas: Vec<LambdaCx>,
+    /// Locals read anywhere in the body, and where each local an assignment created was
+    /// first assigned: one never read is often a misspelt state variable.
+    read: HashSet<LocalId>,
+    created: Vec<(LocalId, Span)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -446,6 +450,17 @@ fn fold_checked(e: Expr) -> (Expr, Option<RuntimeError>) {
                 .collect();
             eval::call_pure(*builtin, &vals)
         }
+        // `quantile(v, 95)` for the 95th percentile: whatever `v` holds, a constant `q`
+        // outside [0, 1] fails every time (NaN included, which `contains` refuses too).
+        ExprKind::Call {
+            builtin: Builtin::Quantile,
+            args,
+        } => match args.get(1).map(|q| &q.kind) {
+            Some(ExprKind::Const(Value::Float(q))) if !(0.0..=1.0).contains(q) => Some(Err(
+                weft_hostcalls::builtins::BuiltinError::QuantileOutOfRange { q: *q }.into(),
+            )),
+            _ => None,
+        },
         _ => None,
     };
     match value {
@@ -483,6 +498,8 @@ impl BodyCx {
             declared_dead: HashSet::new(),
             msg,
             lambdas: Vec::new(),
+            read: HashSet::new(),
+            created: Vec::new(),
         }
     }
 

@@ -38,6 +38,7 @@ impl Checker<'_> {
         self.body = Some(bx);
         let block = block.map(|b| self.block(b)).unwrap_or_default();
         let bx = self.body.take().expect("body context");
+        self.warn_misspelt_locals(&bx);
         if handler != Handler::Init
             && bx.reachable
             && let Some(b) = block.last().map(|s| s.span).or(param.map(|p| p.span))
@@ -228,6 +229,7 @@ impl Checker<'_> {
                     return None;
                 }
                 let local = self.bx().declare(&id.name, v.ty.clone());
+                self.bx().created.push((local, id.span));
                 self.bx().defined.insert(local);
                 if self.dead > 0 {
                     self.bx().declared_dead.insert(local);
@@ -596,6 +598,35 @@ impl Checker<'_> {
             },
         };
         Some((code, message))
+    }
+
+    /// A local that is assigned, never read, and named like a state variable or parameter
+    /// is almost always a typo for it (`cuont = count + 1`), which otherwise counts nothing
+    /// without a word. Other unread locals stay silent: a value kept for a reader to see is
+    /// not worth a warning, and names under three characters (`f`, `fl`) are too close to
+    /// everything for a guess.
+    fn warn_misspelt_locals(&mut self, bx: &BodyCx) {
+        for &(local, span) in &bx.created {
+            let name = &bx.locals[local].name;
+            if bx.read.contains(&local) || name.chars().count() < 3 {
+                continue;
+            }
+            let names = self
+                .state
+                .iter()
+                .map(|v| v.name.as_str())
+                .chain(self.params.iter().map(|p| p.name.as_str()))
+                .filter(|n| n.chars().count() >= 3);
+            let Some(mean) = did_you_mean(name, names) else {
+                continue;
+            };
+            let hint = format!(
+                "{mean} assigning a name that is not declared makes a new local, which this \
+                 handler never reads"
+            );
+            self.warn(span, format!("`{name}` is assigned but never read"))
+                .hint = Some(hint);
+        }
     }
 
     pub(super) fn name_is_unknown(&self, n: &str) -> bool {
