@@ -147,21 +147,37 @@ fn a_line_that_is_not_json_gives_the_column_not_line_1() {
     assert!(message.contains("column 31"), "{message}");
 }
 
-#[test]
-fn a_field_of_the_wrong_type_is_named_by_its_path() {
+/// An edge with `logging` over `shop.Cart/Add`, whose `AddReq` (and any other messages) are
+/// `messages`; the directory holds its proto.
+fn shop_edge(messages: &str) -> (tempfile::TempDir, LoadedEdge) {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(
         tmp.path().join("shop.proto"),
-        "syntax = \"proto3\";\npackage shop;\nservice Cart { rpc Add(AddReq) returns (AddRep); }\nmessage Customer { string id = 1; Address address = 2; }\nmessage Address { string country = 1; uint32 zip = 2; }\nmessage AddReq { Customer customer = 1; uint32 quantity = 2; }\nmessage AddRep { string cart_id = 1; }\n",
+        format!(
+            "syntax = \"proto3\";\npackage shop;\nservice Cart {{ rpc Add(AddReq) returns (AddRep); }}\n{messages}message AddRep {{ string cart_id = 1; }}\n"
+        ),
     )
     .unwrap();
     let yaml = "protos: [shop.proto]\nedges:\n  e:\n    from: f\n    to: s\n    method: shop.Cart/Add\n    any: [logging]\n";
     let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
     let e = load_edge(&cfg, "e").unwrap();
-    let message = |trace: &str| match run(&e, trace).unwrap_err() {
+    (tmp, e)
+}
+
+/// Why the simulator refuses `trace` on `e`.
+fn refusal(e: &LoadedEdge, trace: &str) -> String {
+    match run(e, trace).unwrap_err() {
         SimError::Trace { message, .. } => message,
         other => panic!("{other:?}"),
-    };
+    }
+}
+
+#[test]
+fn a_field_of_the_wrong_type_is_named_by_its_path() {
+    let (_dir, e) = shop_edge(
+        "message Customer { string id = 1; Address address = 2; }\nmessage Address { string country = 1; uint32 zip = 2; }\nmessage AddReq { Customer customer = 1; uint32 quantity = 2; }\n",
+    );
+    let message = |trace: &str| refusal(&e, trace);
     // It said only "invalid digit found in string", of a message with many fields.
     let m = message("{\"req\": {\"customer\": {\"id\": \"c\"}, \"quantity\": \"two\"}}\n");
     assert!(m.contains("field `quantity`"), "{m}");
@@ -174,19 +190,10 @@ fn a_field_of_the_wrong_type_is_named_by_its_path() {
 
 #[test]
 fn a_field_inside_a_repeated_or_map_message_is_named_by_its_item() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(
-        tmp.path().join("shop.proto"),
-        "syntax = \"proto3\";\npackage shop;\nservice Cart { rpc Add(AddReq) returns (AddRep); }\nmessage Item { string sku = 1; uint32 qty = 2; }\nmessage AddReq { repeated Item items = 1; map<string, Item> by_sku = 2; }\nmessage AddRep { string cart_id = 1; }\n",
-    )
-    .unwrap();
-    let yaml = "protos: [shop.proto]\nedges:\n  e:\n    from: f\n    to: s\n    method: shop.Cart/Add\n    any: [logging]\n";
-    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
-    let e = load_edge(&cfg, "e").unwrap();
-    let message = |trace: &str| match run(&e, trace).unwrap_err() {
-        SimError::Trace { message, .. } => message,
-        other => panic!("{other:?}"),
-    };
+    let (_dir, e) = shop_edge(
+        "message Item { string sku = 1; uint32 qty = 2; }\nmessage AddReq { repeated Item items = 1; map<string, Item> by_sku = 2; }\n",
+    );
+    let message = |trace: &str| refusal(&e, trace);
     // It named only `items`, of a list whose second item has a negative uint32.
     let m = message("{\"req\": {\"items\": [{\"qty\": 1}, {\"sku\": \"a\", \"qty\": -1}]}}\n");
     assert!(m.contains("field `items[1].qty`"), "{m}");
