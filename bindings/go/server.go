@@ -39,26 +39,41 @@ func installedTwice(method, side string) error {
 		"would run twice on every RPC: install one runtime's %s once", method, side, where, opts, alone, opts)
 }
 
-// installCheckCalls: how many unary server calls of each method look for a second Weft
-// interceptor. Interceptors are fixed when a grpc.Server is made, so the first call of a
-// method finds a double install; looking on every call cost a context allocation and 7% of
-// the interceptor's time (BenchmarkServerInterceptor/weft, 1 075 against 1 150 ns).
-const installCheckCalls = 8
+// installMarkCalls: how many unary server calls of each method mark the context they hand
+// on, so that a second Weft interceptor inside finds the mark. Interceptors are fixed when a
+// grpc.Server is made, so the first marked call of a method finds a double install; marking
+// every call cost a context allocation and 7% of the interceptor's time
+// (BenchmarkServerInterceptor/weft, 1 075 against 1 150 ns).
+const installMarkCalls = 8
+
+// markedInFlight counts the calls, of every runtime, whose context carries the mark and whose
+// handler has not returned: while it is 0, no interceptor can be inside a marked call, and
+// none looks. Process-wide, as a runtime's interceptor may run inside another runtime's.
+var markedInFlight atomic.Int64
 
 // secondUnaryServer reports whether this unary server interceptor runs inside another of
-// Weft's, during a method's first installCheckCalls calls: the outer one marks the context
-// it hands on. A find is kept (installedTwice), so every later call of the method on this
-// runtime is refused too, not only the ones that looked. The outer interceptor's chain has
-// already run on the calls that are refused this way.
+// Weft's: the outer one marked the context it handed on. A find is kept (installedTwice), so
+// every later call of the method on this runtime is refused too. The outer interceptor's
+// chain has already run on a call refused this way.
 func (r *Runtime) secondUnaryServer(ctx context.Context, mi *methodInfo) bool {
-	if mi.installChecks.Load() > installCheckCalls || mi.installChecks.Add(1) > installCheckCalls {
-		return false
+	if mi.installedTwice.Load() {
+		return true
 	}
-	if ctx.Value(serverInterceptorKey{}) == nil {
+	if markedInFlight.Load() == 0 || ctx.Value(serverInterceptorKey{}) == nil {
 		return false
 	}
 	mi.installedTwice.Store(true)
 	return true
+}
+
+// markForInner marks ctx for a Weft interceptor inside this one during the method's first
+// installMarkCalls calls; unmark must run once the handler has returned.
+func markForInner(ctx context.Context, mi *methodInfo) (marked context.Context, unmark func()) {
+	if mi.installMarks.Load() >= installMarkCalls || mi.installMarks.Add(1) > installMarkCalls {
+		return ctx, nil
+	}
+	markedInFlight.Add(1)
+	return context.WithValue(ctx, serverInterceptorKey{}, true), func() { markedInFlight.Add(-1) }
 }
 
 // ServerOptions installs Weft on a server: its codec (so each message is decoded and encoded
@@ -78,10 +93,12 @@ func (r *Runtime) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return 
 
 func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	mi := r.methodInfo(info.FullMethod)
-	if twice := r.secondUnaryServer(ctx, mi); twice || mi.installedTwice.Load() {
+	if r.secondUnaryServer(ctx, mi) {
 		return nil, installedTwice(info.FullMethod, "server")
-	} else if mi.installChecks.Load() <= installCheckCalls {
-		ctx = context.WithValue(ctx, serverInterceptorKey{}, true)
+	}
+	if marked, unmark := markForInner(ctx, mi); unmark != nil {
+		ctx = marked
+		defer unmark()
 	}
 	reqMsg, ok := req.(proto.Message)
 	if !ok {

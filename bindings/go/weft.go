@@ -105,9 +105,10 @@ type methodInfo struct {
 	// serverKeys: the request metadata keys the server-side chain observes, fetched once
 	// per version (nil until the first call).
 	serverKeys atomic.Pointer[keySet]
-	// installChecks counts the unary server calls that looked for a second Weft interceptor
-	// (installCheckCalls at most); installedTwice is set once one was found (server.go).
-	installChecks  atomic.Int32
+	// installMarks counts the unary server calls that marked their context for a second Weft
+	// interceptor (installMarkCalls at most); installedTwice is set once one was found
+	// (server.go).
+	installMarks   atomic.Int32
 	installedTwice atomic.Bool
 }
 

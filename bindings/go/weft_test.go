@@ -1105,7 +1105,20 @@ func TestWeftInstalledTwiceRefusesCallsSayingSo(t *testing.T) {
 	} {
 		t.Run("server "+name, func(t *testing.T) {
 			_, addr := serve(t, "echo-0", opts(open(t, yaml, "echo"))...)
-			check(t, dial(t, addr), "server")
+			c := dial(t, addr)
+			// A burst of first calls, more than mark their context: each one's inner
+			// interceptor still finds its outer one's mark.
+			errs := make(chan error, 32)
+			for range cap(errs) {
+				go func() {
+					_, err := c.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "burst"})
+					errs <- err
+				}()
+			}
+			for range cap(errs) {
+				wantCode(t, <-errs, codes.Internal, "Weft's server interceptor is installed twice")
+			}
+			check(t, c, "server")
 		})
 	}
 	for name, opts := range map[string]func(*weft.Runtime) []grpc.DialOption{
