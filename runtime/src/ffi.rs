@@ -1132,7 +1132,7 @@ fn write_verdict(
     rt: &WeftRuntime,
     call: &mut WeftCall,
     verdict: &Verdict,
-    (passthrough, seen): (&[metadata::Raw<'_>], &[(String, String)]),
+    (passthrough, seen): (&[metadata::Raw<'_>], &metadata::Seen),
     undecoded: Option<&[u8]>,
 ) -> Result<i32, FfiError> {
     if let Verdict::Forward(f) = verdict
@@ -1336,7 +1336,14 @@ edges:
             message_changed: false,
             metadata_changed: true,
         });
-        let rc = write_verdict(runtime, &mut call, &forward, (&[], &[]), undecoded).unwrap();
+        let rc = write_verdict(
+            runtime,
+            &mut call,
+            &forward,
+            (&[], &Default::default()),
+            undecoded,
+        )
+        .unwrap();
         assert_eq!(rc, WEFT_OK);
         assert_eq!(call.metadata_changed, 1);
         let mut back = entries(&meta[..call.out_metadata.len]);
@@ -1354,7 +1361,7 @@ edges:
             runtime,
             &mut call,
             &Verdict::Reply(reply),
-            (&[], &[]),
+            (&[], &Default::default()),
             undecoded,
         )
         .unwrap();
