@@ -398,14 +398,27 @@ fn options_from_env(records: Option<&Arc<RecordQueue>>) -> EngineOptions {
     o
 }
 
+/// `WEFT_RECORD_BYTES`: the bytes of messages and strings queued channel records may hold
+/// (default [`crate::records::DEFAULT_MAX_BYTES`]).
+fn record_bytes_from_env() -> usize {
+    std::env::var("WEFT_RECORD_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(crate::records::DEFAULT_MAX_BYTES)
+}
+
 fn open_with(
     record_capacity: u32,
     f: impl FnOnce(EngineOptions) -> Result<Engine, FfiError>,
 ) -> *mut WeftRuntime {
     let mut out = std::ptr::null_mut();
     guarded(|| {
-        let records =
-            (record_capacity > 0).then(|| Arc::new(RecordQueue::new(record_capacity as usize)));
+        let records = (record_capacity > 0).then(|| {
+            Arc::new(RecordQueue::with_max_bytes(
+                record_capacity as usize,
+                record_bytes_from_env(),
+            ))
+        });
         let engine = f(options_from_env(records.as_ref()))?;
         out = Box::into_raw(Box::new(WeftRuntime {
             engine,
@@ -421,8 +434,9 @@ fn open_with(
 
 /// Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
 /// `weft_last_error()` says why. With `record_capacity` > 0 the channel records elements
-/// emit (`logging`, `metrics`' latencies) are queued, up to that many, for
-/// [`weft_records`]; with 0 they are not even built.
+/// emit (`logging`, `metrics`' latencies) are queued, up to that many and up to 64 MiB of
+/// the messages they hold (`WEFT_RECORD_BYTES`), for [`weft_records`]; with 0 they are not
+/// even built.
 ///
 /// # Safety
 /// Both strings are NULL or NUL-terminated.

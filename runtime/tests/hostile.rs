@@ -417,6 +417,39 @@ fn many_repeated_header_keys_cost_linear_time() {
     }
 }
 
+/// A record keeps its message until it is collected, and a queue counted only records:
+/// with the Go binding's 16 384, clients sending 4 MiB messages faster than the collector
+/// renders them (up to a quarter of a second each) could make it hold 64 GiB. The queue
+/// holds at most 64 MiB of messages; the rest are dropped and counted, as when it is full.
+#[test]
+fn queued_records_hold_a_bounded_number_of_bytes() {
+    let rt = open("front", &["logging"], &[], 16_384);
+    let mut msg = vec![0x22];
+    put_varint(&mut msg, (GRPC_MAX - 8) as u64);
+    msg.resize(GRPC_MAX, 0x01);
+    for _ in 0..24 {
+        assert_eq!(
+            request(&rt, WEFT_SIDE_CLIENT, &[], &msg).verdict,
+            WEFT_VERDICT_FORWARD
+        );
+    }
+    let mut dropped = 0;
+    let mut out = WeftBuf::default();
+    // SAFETY: a live runtime; an empty buffer only learns the size of the first record.
+    let rc = unsafe { weft_records(rt.0, &mut out, &mut dropped) };
+    assert_eq!(rc, WEFT_E_BUFFER);
+    assert_eq!(
+        dropped,
+        24 - 15,
+        "15 messages of 4 MiB and their headers fit in 64 MiB"
+    );
+    let values = record_values(&rt);
+    assert_eq!(values.len(), 15);
+    // Collecting frees their room.
+    request(&rt, WEFT_SIDE_CLIENT, &[], &msg);
+    assert_eq!(record_values(&rt).len(), 1);
+}
+
 /// Lengths at the edges of the integer types: in a message (a varint), they are refused
 /// against the bytes present, never allocated or added without a check; in the metadata
 /// encoding (a u32) likewise.
