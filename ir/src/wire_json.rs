@@ -79,6 +79,8 @@ struct Plan {
 struct MessagePlan {
     /// In number order; `None` for a type left to prost-reflect.
     fields: Option<Vec<FieldPlan>>,
+    /// How many oneofs the message has (`FieldPlan::oneof` indexes them).
+    oneofs: usize,
 }
 
 struct FieldPlan {
@@ -159,7 +161,10 @@ impl Builder {
             return i;
         }
         let i = self.plan.messages.len();
-        self.plan.messages.push(MessagePlan { fields: None });
+        self.plan.messages.push(MessagePlan {
+            fields: None,
+            oneofs: 0,
+        });
         self.messages.insert(desc.full_name().to_owned(), i);
         if desc.parent_file().syntax() != Syntax::Proto3
             || desc.full_name().starts_with("google.protobuf.")
@@ -191,7 +196,10 @@ impl Builder {
                     .and_then(|o| oneofs.iter().position(|n| n == o.name())),
             });
         }
-        self.plan.messages[i].fields = Some(fields);
+        self.plan.messages[i] = MessagePlan {
+            fields: Some(fields),
+            oneofs: oneofs.len(),
+        };
         i
     }
 
@@ -279,6 +287,7 @@ impl Plan {
         // order, so this is usually one pass over sorted input.
         stack[base..].sort_by_key(|e| e.field);
         let top = stack.len();
+        let latest = latest_members(fields, self.messages[m].oneofs, &stack[base..top]);
         out.push(b'{');
         let mut first = true;
         let mut i = base;
@@ -290,14 +299,10 @@ impl Plan {
                 .count();
             let plan = &fields[field];
             // A oneof member's records count only after the last record of another member.
-            let cutoff = match plan.oneof {
-                Some(oneof) => stack[base..top]
-                    .iter()
-                    .filter(|e| e.field != field && fields[e.field].oneof == Some(oneof))
-                    .map(|e| e.seq + 1)
-                    .max()
-                    .unwrap_or(0),
-                None => 0,
+            let cutoff = match plan.oneof.map(|o| latest[o]) {
+                Some([Some((seq, other)), _]) if other != field => seq + 1,
+                Some([_, Some((seq, _))]) => seq + 1,
+                _ => 0,
             };
             let live = i + stack[i..end].partition_point(|e| e.seq < cutoff);
             // prost decodes cleared records too: what it would refuse there, refuse here.
@@ -628,6 +633,35 @@ fn record(bytes: &[u8], pos: usize) -> Result<(u32, u8, usize, usize)> {
         _ => return Err(Refused),
     };
     Ok(((key >> 3) as u32, wire, start, end))
+}
+
+/// For each oneof of a message whose known records are `entries` (sorted by field, each
+/// field's in wire order): its member whose last record came last, and the latest last
+/// record of another member, as (record number, field). Found in one pass: scanning every
+/// record for each member cost members × records, 0.34 s for 4 MiB of a 64-member oneof.
+fn latest_members(
+    fields: &[FieldPlan],
+    oneofs: usize,
+    entries: &[Entry<'_>],
+) -> Vec<[Option<(usize, usize)>; 2]> {
+    let mut latest = vec![[None, None]; oneofs];
+    if oneofs == 0 {
+        return latest;
+    }
+    for (k, e) in entries.iter().enumerate() {
+        let last_of_field = entries.get(k + 1).is_none_or(|n| n.field != e.field);
+        let Some(oneof) = fields[e.field].oneof.filter(|_| last_of_field) else {
+            continue;
+        };
+        let [first, second]: &mut [Option<(usize, usize)>; 2] = &mut latest[oneof];
+        if first.is_none_or(|(seq, _)| e.seq > seq) {
+            *second = *first;
+            *first = Some((e.seq, e.field));
+        } else if second.is_none_or(|(seq, _)| e.seq > seq) {
+            *second = Some((e.seq, e.field));
+        }
+    }
+    latest
 }
 
 fn expect_wire(got: u8, want: u8) -> Result<()> {

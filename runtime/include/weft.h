@@ -124,8 +124,9 @@ extern "C" {
 
 // Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
 // `weft_last_error()` says why. With `record_capacity` > 0 the channel records elements
-// emit (`logging`, `metrics`' latencies) are queued, up to that many, for
-// [`weft_records`]; with 0 they are not even built.
+// emit (`logging`, `metrics`' latencies) are queued, up to that many and up to 64 MiB of
+// the messages they hold (`WEFT_RECORD_BYTES`), for [`weft_records`]; with 0 they are not
+// even built.
 //
 // # Safety
 // Both strings are NULL or NUL-terminated.

@@ -398,14 +398,27 @@ fn options_from_env(records: Option<&Arc<RecordQueue>>) -> EngineOptions {
     o
 }
 
+/// `WEFT_RECORD_BYTES`: the bytes of messages and strings queued channel records may hold
+/// (default [`crate::records::DEFAULT_MAX_BYTES`]).
+fn record_bytes_from_env() -> usize {
+    std::env::var("WEFT_RECORD_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(crate::records::DEFAULT_MAX_BYTES)
+}
+
 fn open_with(
     record_capacity: u32,
     f: impl FnOnce(EngineOptions) -> Result<Engine, FfiError>,
 ) -> *mut WeftRuntime {
     let mut out = std::ptr::null_mut();
     guarded(|| {
-        let records =
-            (record_capacity > 0).then(|| Arc::new(RecordQueue::new(record_capacity as usize)));
+        let records = (record_capacity > 0).then(|| {
+            Arc::new(RecordQueue::with_max_bytes(
+                record_capacity as usize,
+                record_bytes_from_env(),
+            ))
+        });
         let engine = f(options_from_env(records.as_ref()))?;
         out = Box::into_raw(Box::new(WeftRuntime {
             engine,
@@ -421,8 +434,9 @@ fn open_with(
 
 /// Opens a runtime for `service` from the `weft.yaml` at `config_path`. NULL on error;
 /// `weft_last_error()` says why. With `record_capacity` > 0 the channel records elements
-/// emit (`logging`, `metrics`' latencies) are queued, up to that many, for
-/// [`weft_records`]; with 0 they are not even built.
+/// emit (`logging`, `metrics`' latencies) are queued, up to that many and up to 64 MiB of
+/// the messages they hold (`WEFT_RECORD_BYTES`), for [`weft_records`]; with 0 they are not
+/// even built.
 ///
 /// # Safety
 /// Both strings are NULL or NUL-terminated.
@@ -1132,7 +1146,7 @@ fn write_verdict(
     rt: &WeftRuntime,
     call: &mut WeftCall,
     verdict: &Verdict,
-    (passthrough, seen): (&[metadata::Raw<'_>], &[(String, String)]),
+    (passthrough, seen): (&[metadata::Raw<'_>], &metadata::Seen),
     undecoded: Option<&[u8]>,
 ) -> Result<i32, FfiError> {
     if let Verdict::Forward(f) = verdict
@@ -1336,7 +1350,14 @@ edges:
             message_changed: false,
             metadata_changed: true,
         });
-        let rc = write_verdict(runtime, &mut call, &forward, (&[], &[]), undecoded).unwrap();
+        let rc = write_verdict(
+            runtime,
+            &mut call,
+            &forward,
+            (&[], &Default::default()),
+            undecoded,
+        )
+        .unwrap();
         assert_eq!(rc, WEFT_OK);
         assert_eq!(call.metadata_changed, 1);
         let mut back = entries(&meta[..call.out_metadata.len]);
@@ -1354,7 +1375,7 @@ edges:
             runtime,
             &mut call,
             &Verdict::Reply(reply),
-            (&[], &[]),
+            (&[], &Default::default()),
             undecoded,
         )
         .unwrap();

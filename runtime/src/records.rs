@@ -7,9 +7,12 @@
 //! RPC rendered from cold caches, where the collector renders a batch with warm ones
 //! (docs/benchmarks.md, "Records encoded where they are sent: tried and reverted").
 //!
-//! The queue is bounded. A record that finds it full is dropped and counted, never waited
-//! for: an observer that falls behind must not slow RPCs down, and must be able to tell
-//! that it missed something.
+//! The queue is bounded, in records and in the bytes they hold. A record that finds it full
+//! is dropped and counted, never waited for: an observer that falls behind must not slow RPCs
+//! down, and must be able to tell that it missed something. The bytes matter because a
+//! record keeps its message alive until it is collected, and a collector renders a hostile
+//! 4 MiB message in up to a quarter of a second: counting records alone, 16 384 of them
+//! (the Go binding's default) could hold 64 GiB of messages.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -27,36 +30,62 @@ struct Queued {
 }
 
 pub struct RecordQueue {
-    queued: Mutex<VecDeque<Queued>>,
+    queued: Mutex<Held>,
     capacity: usize,
+    max_bytes: usize,
     dropped: AtomicU64,
 }
 
+/// The queued records and the bytes they hold ([`held_bytes`]).
+#[derive(Default)]
+struct Held {
+    records: VecDeque<Queued>,
+    bytes: usize,
+}
+
+/// The bytes a queue holds at most by default: 64 MiB, the messages of 65 536 records of
+/// 1 KiB (more than the Go binding's 16 384 records), or of sixteen 4 MiB messages.
+pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+
 impl RecordQueue {
-    /// A queue that holds at most `capacity` records (at least one).
+    /// A queue that holds at most `capacity` records (at least one) and
+    /// [`DEFAULT_MAX_BYTES`].
     pub fn new(capacity: usize) -> RecordQueue {
+        RecordQueue::with_max_bytes(capacity, DEFAULT_MAX_BYTES)
+    }
+
+    /// A queue that holds at most `capacity` records (at least one) and `max_bytes` of
+    /// messages and strings in them; a record larger than that alone is always dropped.
+    pub fn with_max_bytes(capacity: usize, max_bytes: usize) -> RecordQueue {
         let capacity = capacity.max(1);
         RecordQueue {
-            queued: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            queued: Mutex::new(Held {
+                records: VecDeque::with_capacity(capacity.min(4096)),
+                bytes: 0,
+            }),
             capacity,
+            max_bytes,
             dropped: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         // A panic under the lock was caught at the call boundary; the queue is whole.
         self.queued.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `record`, or counts it as dropped when the queue is full.
+    /// Queues `record`, or counts it as dropped when the queue is full (in records or in
+    /// bytes).
     pub fn push(&self, record: ChannelRecord, method: Option<&Arc<MethodSchema>>) {
+        let bytes = held_bytes(&record.value);
         let mut q = self.lock();
-        if q.len() >= self.capacity {
+        if q.records.len() >= self.capacity || bytes > self.max_bytes - q.bytes {
             drop(q);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        q.push_back(Queued {
+        q.bytes += bytes;
+        q.records.push_back(Queued {
             record,
             method: method.cloned(),
         });
@@ -70,14 +99,47 @@ impl RecordQueue {
 
     /// Moves every queued record to the back of `into`, under one lock (RPCs pushing
     /// meanwhile wait for a swap, not for each record).
+    ///
+    /// The bytes taken are no longer counted: the collector takes only when it has rendered
+    /// everything it took before, so at most twice the limit is held in all.
     fn take_all(&self, into: &mut VecDeque<Queued>) {
         let mut q = self.lock();
+        q.bytes = 0;
         if into.is_empty() {
             // The queue keeps `into`'s allocation.
-            std::mem::swap(&mut *q, into);
+            std::mem::swap(&mut q.records, into);
         } else {
-            into.extend(q.drain(..));
+            into.extend(q.records.drain(..));
         }
+    }
+}
+
+/// The heap bytes a record's value keeps alive while it waits: what the byte limit counts.
+/// A message is counted whole even when the RPC still holds it too, since the record may
+/// outlive the RPC.
+fn held_bytes(v: &Value) -> usize {
+    match v {
+        Value::Str(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        Value::Msg(m) => {
+            m.bytes.len()
+                + m.status_message.len()
+                + m.headers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+        }
+        Value::Pair(p) => held_bytes(&p.0) + held_bytes(&p.1),
+        Value::Vec(items) => items.iter().map(held_bytes).sum(),
+        Value::Map(m) => m.iter().map(|(k, v)| held_bytes(k) + held_bytes(v)).sum(),
+        Value::Opt(Some(v)) => held_bytes(v),
+        Value::Unit
+        | Value::Bool(_)
+        | Value::Int(_)
+        | Value::Uint(_)
+        | Value::Float(_)
+        | Value::Instant(_)
+        | Value::Opt(None) => 0,
     }
 }
 
@@ -258,6 +320,38 @@ mod tests {
         let again = collect(&mut Collector::default(), &q);
         assert_eq!(again.iter().map(|d| d.rpc_id).collect::<Vec<_>>(), [6]);
         assert_eq!(q.dropped(), 3);
+    }
+
+    fn message_record(rpc_id: u64, len: usize) -> ChannelRecord {
+        ChannelRecord {
+            value: Value::Msg(Arc::new(weft_hostcalls::Message::request(vec![0; len]))),
+            ..record(rpc_id)
+        }
+    }
+
+    /// Records hold their messages until collected; counting records alone let a queue of
+    /// 16 384 hold 64 GiB of 4 MiB messages.
+    #[test]
+    fn a_queue_drops_and_counts_records_past_its_bytes() {
+        let q = RecordQueue::with_max_bytes(100, 10_000);
+        for id in 1..=5 {
+            q.push(message_record(id, 4_000), None);
+        }
+        // Small values still fit beside the two messages.
+        q.push(record(6), None);
+        // A record larger than the whole limit never fits.
+        q.push(message_record(7, 10_001), None);
+        assert_eq!(q.dropped(), 4);
+        let mut c = Collector::default();
+        let ids: Vec<u64> = collect(&mut c, &q).iter().map(|d| d.rpc_id).collect();
+        assert_eq!(ids, [1, 2, 6]);
+        // Collected records free their bytes.
+        for id in 8..=10 {
+            q.push(message_record(id, 4_000), None);
+        }
+        let ids: Vec<u64> = collect(&mut c, &q).iter().map(|d| d.rpc_id).collect();
+        assert_eq!(ids, [8, 9]);
+        assert_eq!(q.dropped(), 5);
     }
 
     /// Everything `collector` takes from `q`, decoded.
