@@ -376,35 +376,41 @@ fn side_of(side: i32) -> Result<Side, FfiError> {
 }
 
 /// Options from the environment: `WEFT_WATCH_MS` sets the config polling interval
-/// (0 turns watching off); `WEFT_SEED` fixes the elements' random streams.
-fn options_from_env(records: Option<&Arc<RecordQueue>>) -> EngineOptions {
+/// (0 turns watching off); `WEFT_SEED` fixes the elements' random streams. (`WEFT_RECORD_BYTES`
+/// bounds the record queue: [`open_with`].)
+fn options_from_env(records: Option<&Arc<RecordQueue>>) -> Result<EngineOptions, FfiError> {
     let mut o = EngineOptions::default();
     if let Some(q) = records {
         let q = Arc::clone(q);
         o.channels = Some(Arc::new(move |record, method| q.push(record, method)));
     }
-    if let Some(ms) = std::env::var("WEFT_WATCH_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
+    if let Some(ms) = number_from_env::<u64>("WEFT_WATCH_MS", "milliseconds, 0 turns watching off")?
     {
         o.watch_interval = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
-    if let Some(seed) = std::env::var("WEFT_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        o.seed = Some(seed);
-    }
-    o
+    o.seed = number_from_env::<u64>("WEFT_SEED", "an unsigned 64-bit integer")?;
+    Ok(o)
 }
 
-/// `WEFT_RECORD_BYTES`: the bytes of messages and strings queued channel records may hold
-/// (default [`crate::records::DEFAULT_MAX_BYTES`]).
-fn record_bytes_from_env() -> usize {
-    std::env::var("WEFT_RECORD_BYTES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(crate::records::DEFAULT_MAX_BYTES)
+/// The number environment variable `name` holds; `None` when it is unset. A value that is
+/// set but not a number refuses the open: ignored, a mistyped `WEFT_WATCH_MS` left watching
+/// on at its default, and a mistyped `WEFT_RECORD_BYTES` the default limit, with nothing to
+/// say so.
+fn number_from_env<T: std::str::FromStr>(
+    name: &str,
+    expected: &str,
+) -> Result<Option<T>, FfiError> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            FfiError::argument(format!(
+                "environment variable {name} is `{v}`: expected {expected} (unset it for the default)"
+            ))
+        }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(FfiError::argument(format!(
+            "environment variable {name} is not UTF-8 ({v:?}): expected {expected}"
+        ))),
+    }
 }
 
 fn open_with(
@@ -413,13 +419,16 @@ fn open_with(
 ) -> *mut WeftRuntime {
     let mut out = std::ptr::null_mut();
     guarded(|| {
+        // Read whether or not records are kept, so a mistyped value is found either way.
+        let record_bytes = number_from_env("WEFT_RECORD_BYTES", "a number of bytes")?
+            .unwrap_or(crate::records::DEFAULT_MAX_BYTES);
         let records = (record_capacity > 0).then(|| {
             Arc::new(RecordQueue::with_max_bytes(
                 record_capacity as usize,
-                record_bytes_from_env(),
+                record_bytes,
             ))
         });
-        let engine = f(options_from_env(records.as_ref()))?;
+        let engine = f(options_from_env(records.as_ref())?)?;
         out = Box::into_raw(Box::new(WeftRuntime {
             engine,
             records,
