@@ -62,6 +62,11 @@ impl RecordQueue {
         });
     }
 
+    /// Records waiting to be collected.
+    pub fn queued(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Records dropped because the queue was full, since the queue was made (and any a bug
     /// kept from being rendered).
     pub fn dropped(&self) -> u64 {
