@@ -938,13 +938,29 @@ fn a_parameter_the_other_ends_element_refuses_stops_this_ends_load_and_reload() 
             panic!("{service} loaded a rate limiter of capacity 0");
         };
         let e = e.to_string();
-        assert!(e.contains("capacity must be at least 1.0"), "{service}: {e}");
+        assert!(
+            e.contains("capacity must be at least 1.0"),
+            "{service}: {e}"
+        );
         // Pointed at in the config, as on the end that runs the element.
-        assert!(e.contains("ratelimit: {capacity: 0, rate: 1}"), "{service}: {e}");
+        assert!(
+            e.contains("ratelimit: {capacity: 0, rate: 1}"),
+            "{service}: {e}"
+        );
 
         let engine = Engine::open_yaml(&limiter(5), &dir, service, options()).unwrap();
-        let e = engine.reload_yaml(&limiter(0), &dir).unwrap_err().to_string();
-        assert!(e.contains("capacity must be at least 1.0"), "{service}: {e}");
-        assert_eq!(engine.version(), 1, "{service} installed the refused config");
+        let e = engine
+            .reload_yaml(&limiter(0), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("capacity must be at least 1.0"),
+            "{service}: {e}"
+        );
+        assert_eq!(
+            engine.version(),
+            1,
+            "{service} installed the refused config"
+        );
     }
 }
