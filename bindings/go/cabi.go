@@ -519,6 +519,23 @@ func versionWord(h *C.WeftRuntime) *uint64 {
 
 func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }
 
+// libraryStats reads the library's gauges; zero if the call fails, which it only does for
+// arguments this package never passes (NULL).
+func libraryStats(h *C.WeftRuntime) Stats {
+	var s C.WeftStats
+	if C.weft_stats(h, &s) != rcOK {
+		return Stats{}
+	}
+	return Stats{
+		WaitingRPCs:      uint64(s.rpcs_waiting),
+		KeptOutputs:      uint64(s.kept_outputs),
+		QueuedRecords:    uint64(s.records_queued),
+		VersionsLive:     uint64(s.versions_installed - s.versions_freed),
+		VersionsFreed:    uint64(s.versions_freed),
+		VersionsDraining: uint64(s.versions_draining),
+	}
+}
+
 // libraryCounters reads the library's counters; zero if the call fails, which it only does
 // for arguments this package never passes (NULL).
 func libraryCounters(h *C.WeftRuntime) Counters {

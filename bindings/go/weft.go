@@ -266,6 +266,36 @@ func (r *Runtime) WaitingRPCs() uint64 {
 	return rpcsWaiting(r.h)
 }
 
+// Stats is what a Runtime holds that grows with use and must shrink again once the RPCs
+// that need it end: gauges to watch for leaks in a long-running process.
+type Stats struct {
+	// WaitingRPCs: as Runtime.WaitingRPCs.
+	WaitingRPCs uint64
+	// KeptOutputs: a call's outputs the library kept because the binding's buffers were
+	// too small, not collected yet; the binding collects them in the same call, so this
+	// is 0 between calls.
+	KeptOutputs uint64
+	// QueuedRecords: channel records waiting for the next collection (WithRecords).
+	QueuedRecords uint64
+	// VersionsLive: config versions in memory, the active one included: 1 plus those a
+	// reload replaced while RPCs still ran in them, each freed with its last RPC.
+	VersionsLive uint64
+	// VersionsFreed: replaced versions freed so far.
+	VersionsFreed uint64
+	// VersionsDraining: replaced versions still alive (RPCs running in them).
+	VersionsDraining uint64
+}
+
+// Stats returns the Runtime's gauges; zero after Close.
+func (r *Runtime) Stats() Stats {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return Stats{}
+	}
+	return libraryStats(r.h)
+}
+
 // Service is the service name this Runtime runs as.
 func (r *Runtime) Service() string { return r.service }
 

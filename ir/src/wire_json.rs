@@ -38,8 +38,13 @@ type Result<T> = std::result::Result<T, Refused>;
 /// prost stops decoding at 100 nested messages; well before that, let it decide.
 const MAX_DEPTH: usize = 64;
 
-/// Plans kept per thread, most recently built last; a process renders few message types,
-/// and a reload's new descriptors replace the old ones' plans in time.
+/// Plans kept per thread, most recently built last; a process renders few message types.
+/// A plan keeps its descriptor, and so the whole descriptor pool of the version it came
+/// from: a new plan replaces those of the same type name from other pools (a reload's), so
+/// a replaced version's schema is freed with the version rather than kept here. Until
+/// 2026-11-27 they stayed until 64 newer plans pushed them out, on every thread that
+/// collected records: the Go soak test (`make soak`) saw the process's memory climb with
+/// every reload, the schemas of up to 64 old versions kept per thread.
 const PLANS_KEPT: usize = 64;
 
 thread_local! {
@@ -60,6 +65,9 @@ fn plan_for(desc: &MessageDescriptor) -> Rc<Plan> {
         if let Some((_, plan)) = plans.iter().find(|(d, _)| d == desc) {
             return Rc::clone(plan);
         }
+        // Two runtimes in one process with the same type (a client and a server) alternate
+        // here once per batch of records: a plan is cheap to build, a pool dear to keep.
+        plans.retain(|(d, _)| d.full_name() != desc.full_name());
         if plans.len() >= PLANS_KEPT {
             plans.remove(0);
         }

@@ -106,6 +106,23 @@ typedef struct WeftCall {
   struct WeftBuf route;
 } WeftCall;
 
+// What the runtime holds that grows with use and must shrink again (`weft_stats`): gauges
+// a long-running process (or a soak test) watches for leaks.
+typedef struct WeftStats {
+  // RPC handles waiting for their response (`weft_rpcs_waiting`).
+  uint64_t rpcs_waiting;
+  // Outputs kept after `WEFT_E_BUFFER` that `weft_call_output` has not taken yet.
+  uint64_t kept_outputs;
+  // Channel records queued for `weft_records`.
+  uint64_t records_queued;
+  // Versions installed so far: the first, and one per reload that changed something.
+  uint64_t versions_installed;
+  // Installed versions freed after their last RPC.
+  uint64_t versions_freed;
+  // Versions no longer current that are still alive (RPCs running in them).
+  uint64_t versions_draining;
+} WeftStats;
+
 // What went wrong with RPCs over the runtime's life, every version included
 // (`weft_counters`).
 typedef struct WeftCounters {
@@ -266,6 +283,13 @@ const uint64_t *weft_version_word(const struct WeftRuntime *rt);
 // # Safety
 // `rt` is NULL or a live runtime.
 uint64_t weft_rpcs_waiting(const struct WeftRuntime *rt);
+
+// Writes the runtime's gauges to `*out` ([`WeftStats`]). Live versions are
+// `versions_installed - versions_freed`: the current one plus those draining.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `out` is NULL or writable.
+int32_t weft_stats(const struct WeftRuntime *rt, struct WeftStats *out);
 
 // Writes the runtime's counters to `*out`: every version's, an element a reload removed
 // included. Waits while a reload installs its version (not while it builds it).

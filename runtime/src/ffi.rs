@@ -94,6 +94,25 @@ pub struct WeftCounters {
     pub iteration_limited: u64,
 }
 
+/// What the runtime holds that grows with use and must shrink again (`weft_stats`): gauges
+/// a long-running process (or a soak test) watches for leaks.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WeftStats {
+    /// RPC handles waiting for their response (`weft_rpcs_waiting`).
+    pub rpcs_waiting: u64,
+    /// Outputs kept after `WEFT_E_BUFFER` that `weft_call_output` has not taken yet.
+    pub kept_outputs: u64,
+    /// Channel records queued for `weft_records`.
+    pub records_queued: u64,
+    /// Versions installed so far: the first, and one per reload that changed something.
+    pub versions_installed: u64,
+    /// Installed versions freed after their last RPC.
+    pub versions_freed: u64,
+    /// Versions no longer current that are still alive (RPCs running in them).
+    pub versions_draining: u64,
+}
+
 /// One call of `weft_request` / `weft_response`: inputs, then outputs.
 #[repr(C)]
 pub struct WeftCall {
@@ -1009,6 +1028,34 @@ pub unsafe extern "C" fn weft_rpcs_waiting(rt: *const WeftRuntime) -> u64 {
         Ok(WEFT_OK)
     });
     n
+}
+
+/// Writes the runtime's gauges to `*out` ([`WeftStats`]). Live versions are
+/// `versions_installed - versions_freed`: the current one plus those draining.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_stats(rt: *const WeftRuntime, out: *mut WeftStats) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        if out.is_null() {
+            return Err(FfiError::argument("`out` is NULL"));
+        }
+        let v = rt.engine.stats();
+        let stats = WeftStats {
+            rpcs_waiting: rt.rpcs.len() as u64,
+            kept_outputs: rt.pending.count.load(Ordering::Relaxed) as u64,
+            records_queued: rt.records.as_ref().map_or(0, |q| q.queued() as u64),
+            versions_installed: v.installed,
+            versions_freed: v.freed,
+            versions_draining: v.draining as u64,
+        };
+        // SAFETY: `out` is not NULL, and the caller guarantees it is writable.
+        unsafe { out.write(stats) };
+        Ok(WEFT_OK)
+    })
 }
 
 /// Writes the runtime's counters to `*out`: every version's, an element a reload removed

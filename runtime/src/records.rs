@@ -91,6 +91,11 @@ impl RecordQueue {
         });
     }
 
+    /// Records waiting to be collected.
+    pub fn queued(&self) -> usize {
+        self.lock().records.len()
+    }
+
     /// Records dropped because the queue was full, since the queue was made (and any a bug
     /// kept from being rendered).
     pub fn dropped(&self) -> u64 {

@@ -754,6 +754,7 @@ pub(crate) fn build(
                 Side::Server => &edge.to,
             };
             if end != service {
+                start_elsewhere(&loaded, &layout, side, &config, end, number, options)?;
                 continue;
             }
             let before = previous.and_then(|v| {
@@ -802,6 +803,39 @@ pub fn side_name(side: Side) -> &'static str {
         Side::Client => "client",
         Side::Server => "server",
     }
+}
+
+/// Starts, and drops, the instances the other end of the edge runs (`side`, in service
+/// `end`), so that a parameter their `init` refuses fails this build as it fails the other
+/// end's. Without it a server accepted a reload whose client-side `ratelimit` refused
+/// `capacity: 0`: the two ends then ran different configs, the server's reload reporting
+/// success, though `weft check --config` and the client refused it. The instances get
+/// state stores of their own and send nothing.
+fn start_elsewhere(
+    loaded: &LoadedEdge,
+    layout: &Layout,
+    side: Side,
+    config: &Config,
+    end: &str,
+    version: u64,
+    options: &EngineOptions,
+) -> Result<(), EngineError> {
+    let shared = SharedState::unmerged();
+    let ends = Ends {
+        config,
+        service: end,
+        version,
+        options,
+        shared: &shared,
+    };
+    let mut unobserved = InitRecords {
+        records: Vec::new(),
+        observed: false,
+    };
+    for k in side_elements(layout, side) {
+        start_instance(loaded, k, &ends, &mut unobserved)?;
+    }
+    Ok(())
 }
 
 /// What every instance of one version in this service is built with.

@@ -919,3 +919,48 @@ fn a_parameter_an_element_refuses_stops_a_load_and_a_reload_keeps_the_running_ve
         second.verdict
     );
 }
+
+/// A parameter refused by an element the other end runs stops this end's load and reload
+/// too: the soak test (bindings/go/soak_test.go) found a server installing a config whose
+/// client-side rate limiter refused `capacity: 0`, which the client refused, so the two
+/// ends ran different configs and only one of them said so.
+#[test]
+fn a_parameter_the_other_ends_element_refuses_stops_this_ends_load_and_reload() {
+    let limiter = |capacity: i64| {
+        echo_edge(
+            &[&format!("ratelimit: {{capacity: {capacity}, rate: 1}}")],
+            &["metrics"],
+        )
+    };
+    let dir = examples().join("echo");
+    for service in ["frontend", "echo"] {
+        let Err(e) = Engine::open_yaml(&limiter(0), &dir, service, options()) else {
+            panic!("{service} loaded a rate limiter of capacity 0");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("capacity must be at least 1.0"),
+            "{service}: {e}"
+        );
+        // Pointed at in the config, as on the end that runs the element.
+        assert!(
+            e.contains("ratelimit: {capacity: 0, rate: 1}"),
+            "{service}: {e}"
+        );
+
+        let engine = Engine::open_yaml(&limiter(5), &dir, service, options()).unwrap();
+        let e = engine
+            .reload_yaml(&limiter(0), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("capacity must be at least 1.0"),
+            "{service}: {e}"
+        );
+        assert_eq!(
+            engine.version(),
+            1,
+            "{service} installed the refused config"
+        );
+    }
+}
