@@ -1313,17 +1313,23 @@ pub fn message_json(edge: &LoadedEdge, m: &Message) -> Json {
     method_message_json(edge.methods.first(), m)
 }
 
-/// [`message_json`] for a message of `method` (its body is `null` without one, or when the
-/// bytes do not decode).
+/// [`message_json`] for a message of `method`. Without one, or when the bytes do not decode
+/// (an edge whose elements read no field forwards bytes it never checked), the body is
+/// `null` and the bytes themselves come along in base64 as `undecoded`: a log that showed
+/// only `null` lost what was sent.
 pub fn method_message_json(method: Option<&MethodSchema>, m: &Message) -> Json {
-    let body = descriptor_of(method, m)
-        .and_then(|d| wire::bytes_to_json(d, &m.bytes).ok())
-        .unwrap_or(Json::Null);
-    if m.code == Code::Ok {
-        json!({"message": body, "headers": m.headers})
-    } else {
-        json!({"status": m.code.name(), "message": m.status_message})
+    if m.code != Code::Ok {
+        return json!({"status": m.code.name(), "message": m.status_message});
     }
+    match descriptor_of(method, m).and_then(|d| wire::bytes_to_json(d, &m.bytes).ok()) {
+        Some(body) => json!({"message": body, "headers": m.headers}),
+        None => json!({"message": null, "headers": m.headers, "undecoded": undecoded(m)}),
+    }
+}
+
+fn undecoded(m: &Message) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(&m.bytes)
 }
 
 /// The type of a message of `method`: its request's or its response's.
@@ -1357,7 +1363,9 @@ pub fn write_method_message_json(method: Option<&MethodSchema>, m: &Message, out
     let written =
         descriptor_of(method, m).is_some_and(|d| wire::write_bytes_json(d, &m.bytes, out).is_ok());
     if !written {
-        out.extend_from_slice(b"null");
+        out.extend_from_slice(b"null,\"undecoded\":\"");
+        out.extend_from_slice(undecoded(m).as_bytes());
+        out.push(b'"');
     }
     out.push(b'}');
 }

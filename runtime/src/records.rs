@@ -441,6 +441,37 @@ mod tests {
         }
     }
 
+    /// An edge whose elements read no field forwards bytes nobody checked; its `logging`
+    /// record showed such a message as `null`, losing what was sent.
+    #[test]
+    fn a_message_that_does_not_decode_is_recorded_with_its_bytes() {
+        use base64::Engine as _;
+        let method = say();
+        let bytes = vec![0x0a, 0x50, b'x'];
+        let m = weft_hostcalls::Message::request(bytes.clone());
+        for schema in [Some(method.as_ref()), None] {
+            let r = ChannelRecord {
+                value: Value::Msg(Arc::new(m.clone())),
+                ..record(1)
+            };
+            let (got, _) = decode(&encode(&r, schema)).unwrap();
+            assert_eq!(got.value["message"], serde_json::Value::Null);
+            let sent = got.value["undecoded"].as_str().unwrap();
+            let sent = base64::engine::general_purpose::STANDARD
+                .decode(sent)
+                .unwrap();
+            assert_eq!(sent, bytes);
+        }
+        // A message that decodes carries no copy of its bytes.
+        let ok = weft_hostcalls::Message::request(Vec::new());
+        let r = ChannelRecord {
+            value: Value::Msg(Arc::new(ok)),
+            ..record(1)
+        };
+        let (got, _) = decode(&encode(&r, Some(method.as_ref()))).unwrap();
+        assert!(got.value.get("undecoded").is_none(), "{}", got.value);
+    }
+
     #[test]
     fn a_record_cut_short_does_not_decode() {
         let bytes = encode(&record(7), None);

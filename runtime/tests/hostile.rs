@@ -235,13 +235,6 @@ fn nesting_past_the_limit_is_refused_and_counted_without_recursing_per_level() {
 /// The values (JSON text) of every queued channel record, unparsed.
 fn record_values(rt: &Runtime) -> Vec<String> {
     let mut buf = vec![0u8; 16 << 20];
-    let mut out = WeftBuf::over(&mut buf);
-    // SAFETY: a live runtime and a buffer writable for its capacity.
-    assert_eq!(
-        unsafe { weft_records(rt.0, &mut out, std::ptr::null_mut()) },
-        WEFT_OK
-    );
-    let mut rest = &buf[..out.len];
     let mut values = Vec::new();
     let text = |rest: &mut &[u8]| {
         let n = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
@@ -249,13 +242,25 @@ fn record_values(rt: &Runtime) -> Vec<String> {
         *rest = &rest[4 + n..];
         t
     };
-    while !rest.is_empty() {
-        text(&mut rest);
-        text(&mut rest);
-        rest = &rest[16..];
-        values.push(text(&mut rest));
+    // A few records of 4 MiB messages fill the buffer: collect until none is left.
+    loop {
+        let mut out = WeftBuf::over(&mut buf);
+        // SAFETY: a live runtime and a buffer writable for its capacity.
+        assert_eq!(
+            unsafe { weft_records(rt.0, &mut out, std::ptr::null_mut()) },
+            WEFT_OK
+        );
+        if out.len == 0 {
+            return values;
+        }
+        let mut rest = &buf[..out.len];
+        while !rest.is_empty() {
+            text(&mut rest);
+            text(&mut rest);
+            rest = &rest[16..];
+            values.push(text(&mut rest));
+        }
     }
-    values
 }
 
 /// The shapes of a message of about `size` bytes that make a small input expensive: the
