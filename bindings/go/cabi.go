@@ -527,12 +527,13 @@ func libraryStats(h *C.WeftRuntime) Stats {
 		return Stats{}
 	}
 	return Stats{
-		WaitingRPCs:      uint64(s.rpcs_waiting),
-		KeptOutputs:      uint64(s.kept_outputs),
-		QueuedRecords:    uint64(s.records_queued),
-		VersionsLive:     uint64(s.versions_installed - s.versions_freed),
-		VersionsFreed:    uint64(s.versions_freed),
-		VersionsDraining: uint64(s.versions_draining),
+		WaitingRPCs:       uint64(s.rpcs_waiting),
+		KeptOutputs:       uint64(s.kept_outputs),
+		QueuedRecords:     uint64(s.records_queued),
+		QueuedRecordBytes: uint64(s.records_bytes),
+		VersionsLive:      uint64(s.versions_installed - s.versions_freed),
+		VersionsFreed:     uint64(s.versions_freed),
+		VersionsDraining:  uint64(s.versions_draining),
 	}
 }
 

@@ -719,7 +719,7 @@ func TestStatsFollowAStreamHoldingAReplacedVersion(t *testing.T) {
 		}
 	}
 	held := crt.Stats()
-	want := weft.Stats{WaitingRPCs: 1, VersionsLive: 2, VersionsFreed: 1, VersionsDraining: 1, QueuedRecords: held.QueuedRecords}
+	want := weft.Stats{WaitingRPCs: 1, VersionsLive: 2, VersionsFreed: 1, VersionsDraining: 1, QueuedRecords: held.QueuedRecords, QueuedRecordBytes: held.QueuedRecordBytes}
 	if held != want {
 		t.Fatalf("while the stream's request waits: %+v, want %+v", held, want)
 	}
@@ -735,7 +735,7 @@ func TestStatsFollowAStreamHoldingAReplacedVersion(t *testing.T) {
 		t.Fatalf("the stream's end: %v", err)
 	}
 	end := crt.Stats()
-	want = weft.Stats{VersionsLive: 1, VersionsFreed: 2, QueuedRecords: end.QueuedRecords}
+	want = weft.Stats{VersionsLive: 1, VersionsFreed: 2, QueuedRecords: end.QueuedRecords, QueuedRecordBytes: end.QueuedRecordBytes}
 	if end != want {
 		t.Fatalf("after the stream ended: %+v, want %+v", end, want)
 	}

@@ -277,6 +277,10 @@ type Stats struct {
 	KeptOutputs uint64
 	// QueuedRecords: channel records waiting for the next collection (WithRecords).
 	QueuedRecords uint64
+	// QueuedRecordBytes: the bytes of messages and strings those records keep alive,
+	// bounded by WEFT_RECORD_BYTES (64 MiB by default); records past it are dropped and
+	// counted.
+	QueuedRecordBytes uint64
 	// VersionsLive: config versions in memory, the active one included: 1 plus those a
 	// reload replaced while RPCs still ran in them, each freed with its last RPC.
 	VersionsLive uint64

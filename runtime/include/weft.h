@@ -115,6 +115,9 @@ typedef struct WeftStats {
   uint64_t kept_outputs;
   // Channel records queued for `weft_records`.
   uint64_t records_queued;
+  // The bytes of messages and strings those records keep alive, bounded by
+  // `WEFT_RECORD_BYTES` (64 MiB by default).
+  uint64_t records_bytes;
   // Versions installed so far: the first, and one per reload that changed something.
   uint64_t versions_installed;
   // Installed versions freed after their last RPC.

@@ -105,6 +105,9 @@ pub struct WeftStats {
     pub kept_outputs: u64,
     /// Channel records queued for `weft_records`.
     pub records_queued: u64,
+    /// The bytes of messages and strings those records keep alive, bounded by
+    /// `WEFT_RECORD_BYTES` (64 MiB by default).
+    pub records_bytes: u64,
     /// Versions installed so far: the first, and one per reload that changed something.
     pub versions_installed: u64,
     /// Installed versions freed after their last RPC.
@@ -1048,6 +1051,7 @@ pub unsafe extern "C" fn weft_stats(rt: *const WeftRuntime, out: *mut WeftStats)
             rpcs_waiting: rt.rpcs.len() as u64,
             kept_outputs: rt.pending.count.load(Ordering::Relaxed) as u64,
             records_queued: rt.records.as_ref().map_or(0, |q| q.queued() as u64),
+            records_bytes: rt.records.as_ref().map_or(0, |q| q.queued_bytes() as u64),
             versions_installed: v.installed,
             versions_freed: v.freed,
             versions_draining: v.draining as u64,

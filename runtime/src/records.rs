@@ -96,6 +96,11 @@ impl RecordQueue {
         self.lock().records.len()
     }
 
+    /// The bytes the queued records hold, as the byte limit counts them.
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
     /// Records dropped because the queue was full, since the queue was made (and any a bug
     /// kept from being rendered).
     pub fn dropped(&self) -> u64 {

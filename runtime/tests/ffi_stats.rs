@@ -12,7 +12,8 @@ use std::ffi::CString;
 use common::{echo_edge, examples, two_strings};
 use weft_runtime::ffi::{
     WEFT_E_ARGUMENT, WEFT_OK, WEFT_SIDE_CLIENT, WeftBuf, WeftCall, WeftRuntime, WeftStats,
-    weft_close, weft_open_yaml, weft_reload_yaml, weft_request, weft_response, weft_stats,
+    weft_close, weft_open_yaml, weft_records, weft_reload_yaml, weft_request, weft_response,
+    weft_stats,
 };
 
 fn stats(rt: *mut WeftRuntime) -> WeftStats {
@@ -106,8 +107,19 @@ fn stats_follow_waiting_rpcs_and_the_versions_they_hold() {
     assert_eq!(held.rpcs_waiting, 2);
     assert_eq!((held.versions_installed, held.versions_freed), (3, 1));
     assert_eq!(held.versions_draining, 1);
-    // logging sent each request to its channel.
+    // logging sent each request to its channel; the records keep the messages alive.
     assert_eq!(held.records_queued, 2);
+    assert!(held.records_bytes > 0);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = WeftBuf::over(&mut buf);
+    // SAFETY: a live runtime and a buffer writable for its capacity.
+    assert_eq!(
+        unsafe { weft_records(rt, &mut out, std::ptr::null_mut()) },
+        WEFT_OK
+    );
+    assert!(out.len > 0);
+    let collected = stats(rt);
+    assert_eq!((collected.records_queued, collected.records_bytes), (0, 0));
 
     respond(rt, a);
     assert_eq!(
