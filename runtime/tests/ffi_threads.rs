@@ -1,9 +1,9 @@
 //! The C ABI from several threads at once, as a Go server calls it: RPCs through a client and
 //! a server runtime on three threads (every other one deferred to `weft_server_exchange`)
 //! while a fourth reloads both, collects their channel records, reads their counters and
-//! polls the version word. Its assertions catch lost or
-//! mixed-up RPCs; `make sanitize` runs it under ThreadSanitizer, which is what catches a
-//! data race in the handle slabs, the kept outputs, the record queue or the version swap
+//! polls the version word. Its assertions catch lost, unanswered or failed RPCs and lost
+//! records; `make sanitize` runs it under ThreadSanitizer, which is what catches a data race
+//! in the handle slabs, the kept outputs, the record queue or the version swap
 //! (docs/sanitizers.md).
 // Drives the library through its C ABI, as a binding does.
 #![allow(unsafe_code)]
@@ -300,7 +300,7 @@ fn rpcs_reloads_and_collections_on_many_threads() {
         "no server call was deferred to an exchange"
     );
     // logging records each request and response on the client; metrics a latency per RPC on
-    // the server. The queues hold 16 each, so most are dropped, but never all.
+    // the server. The queues hold 16 each, so most are dropped, and counted.
     let (_, dropped_client) = collect(client);
     let (_, dropped_server) = collect(server);
     let total = (WORKERS * RPCS_PER_WORKER * 3) as u64;
