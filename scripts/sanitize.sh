@@ -67,11 +67,12 @@ if [[ "$which" != thread ]]; then
     skip+=(--skip an_rpc_held_across_reloads_keeps_no_copies_of_the_state)
     # The planner's soundness test is safe code over the simulator; at its default 10 000
     # cases it took 6½ minutes under ASan.
-    WEFT_SOUNDNESS_CASES=1000 run address target/asan \
-        -p weft-runtime -p weft-jit -p weft-hostcalls -p weft-ir --lib --bins --tests
+    packages=(-p weft-runtime -p weft-jit -p weft-hostcalls -p weft-ir --lib --bins --tests)
+    WEFT_SOUNDNESS_CASES=1000 run address target/asan "${packages[@]}"
+    # The same selection, filtered to the one test: `-p weft-runtime` alone resolves other
+    # features and rebuilt the dependencies.
     skip=(--exact an_rpc_held_across_reloads_keeps_no_copies_of_the_state_and_ends_on_a_small_stack)
-    ASAN_OPTIONS="$ASAN_OPTIONS quarantine_size_mb=0" \
-        run address target/asan -p weft-runtime --test held_across_reloads
+    ASAN_OPTIONS="$ASAN_OPTIONS quarantine_size_mb=0" run address target/asan "${packages[@]}"
 
     # The C program of tests/c_abi.rs against the instrumented static library, with the
     # sanitizer's runtime linked in as rustc links it into Rust executables.
