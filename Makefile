@@ -7,7 +7,7 @@ WEFT  := target/debug/weft
 # protoc finds its Go plugins where `go install` put them (scripts/install-deps.sh).
 GOBIN_DIR = $(shell $(GO) env GOBIN | grep . || echo "$$($(GO) env GOPATH)/bin")
 
-.PHONY: all deps build test demo fuzz bench loom aarch64-test lint clean planner-fuzz \
+.PHONY: all deps build test demo fuzz bench loom aarch64-test lint clean planner-fuzz sanitize \
 	planner-optimality go-gen go-test go-bench go-demo soak
 
 all: build
@@ -78,6 +78,12 @@ bench: deps
 loom: deps
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false \
 		$(CARGO) test -p weft-jit --release --test loom
+
+# The Rust tests under ThreadSanitizer and AddressSanitizer/LeakSanitizer, each in its own
+# target dir (target/tsan, target/asan); not part of `test`: about 40 minutes on 2 cores
+# (docs/sanitizers.md). The script installs the nightly toolchain and rust-src when missing.
+sanitize: deps
+	./scripts/sanitize.sh
 
 # The aarch64 code `compile_object` makes for the DPU cores, run: tests/cross_isa.rs only
 # checks that the object is produced and verified, so jit/aarch64 links it (fused, then
