@@ -10,6 +10,8 @@
 // Helpers outside #[test] functions are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -32,17 +34,12 @@ fn protos() -> PathBuf {
 /// One edge `front->deep` over `deep.Deep/Call`, with `client` and `server` as YAML list
 /// items.
 fn config(client: &[&str], server: &[&str]) -> String {
-    let side = |name: &str, items: &[&str]| match items {
-        [] => String::new(),
-        items => {
-            let list: String = items.iter().map(|i| format!("      - {i}\n")).collect();
-            format!("    {name}:\n{list}")
-        }
-    };
-    format!(
-        "protos: [deep.proto]\nedges:\n  front->deep:\n    from: front\n    to: deep\n    method: deep.Deep/Call\n{}{}",
-        side("client", client),
-        side("server", server)
+    common::one_edge(
+        "deep.proto",
+        ("front", "deep"),
+        "deep.Deep/Call",
+        client,
+        server,
     )
 }
 

@@ -23,6 +23,24 @@ pub fn options() -> EngineOptions {
 /// `examples/echo`), with `client` and `server` as YAML list items (one per line, each
 /// `- item`); an empty side has no chain.
 pub fn echo_edge(client: &[&str], server: &[&str]) -> String {
+    one_edge(
+        "echo.proto",
+        ("frontend", "echo"),
+        "echo.Echo/Say",
+        client,
+        server,
+    )
+}
+
+/// A config of one edge `from->to` over `method`, its messages in `proto`, with `client`
+/// and `server` as YAML list items (an empty side has no chain).
+pub fn one_edge(
+    proto: &str,
+    (from, to): (&str, &str),
+    method: &str,
+    client: &[&str],
+    server: &[&str],
+) -> String {
     let side = |name: &str, items: &[&str]| match items {
         [] => String::new(),
         items => {
@@ -31,7 +49,7 @@ pub fn echo_edge(client: &[&str], server: &[&str]) -> String {
         }
     };
     format!(
-        "protos: [echo.proto]\nedges:\n  frontend->echo:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n{}{}",
+        "protos: [{proto}]\nedges:\n  {from}->{to}:\n    from: {from}\n    to: {to}\n    method: {method}\n{}{}",
         side("client", client),
         side("server", server)
     )
