@@ -521,7 +521,7 @@ fn cmd_props(
         bail!(
             "the protos define {} methods; choose one with --method ({})",
             names.len(),
-            names.join(", ")
+            weft_ir::diag::some_of(names.iter().copied(), weft_ir::config::LISTED)
         );
     }
     let params = parse_params(params)?;
