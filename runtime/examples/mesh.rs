@@ -77,10 +77,10 @@ fn main() -> ExitCode {
             // (a reload keeps two while the old one drains).
             let second = Engine::open(dir.join("weft.yaml"), &service, options()).unwrap();
             let two = rss_kib();
-            let segments = engine.version();
+            let stats = engine.stats();
             println!(
                 "service {service}: open {:.1} ms, rss +{} KiB; reloads {:?} ms; rss after \
-                 reloads +{} KiB; one more version +{} KiB (version {segments})",
+                 reloads +{} KiB ({} of {} versions freed); one more version +{} KiB",
                 ms(open),
                 one - before,
                 reloads
@@ -88,6 +88,8 @@ fn main() -> ExitCode {
                     .map(|r| (r * 10.0).round() / 10.0)
                     .collect::<Vec<_>>(),
                 after.saturating_sub(one),
+                stats.freed,
+                stats.installed,
                 two.saturating_sub(after),
             );
             drop(second);
