@@ -519,11 +519,19 @@ impl Config {
                 format!("no edge named `{name}`"),
                 shell_cut_edge(name, &names)
                     .or_else(|| crate::diag::did_you_mean(name, names.iter().copied()))
-                    .or_else(|| Some(format!("edges: {}", names.join(", ")))),
+                    .or_else(|| {
+                        Some(format!(
+                            "edges: {}",
+                            crate::diag::some_of(names.iter().copied(), LISTED)
+                        ))
+                    }),
             )
         })
     }
 }
+
+/// How many names a hint lists before it says how many more there are.
+pub const LISTED: usize = 12;
 
 /// Edge names are written `from->to`, and an unquoted `--edge web->cart` reaches Weft as
 /// `web-`: the shell took `>cart` as a redirect (and wrote a file `cart`). Saying so beats a
@@ -1234,5 +1242,20 @@ edges:
         let c = Config::parse("weft.yaml", Path::new("."), SAMPLE).unwrap();
         let err = c.edge("frontend->ecoh").unwrap_err();
         assert_eq!(err.hint.as_deref(), Some("did you mean `frontend->echo`?"));
+    }
+
+    /// A config of hundreds of edges: the hint lists a dozen names and counts the rest.
+    #[test]
+    fn an_unknown_edge_of_a_large_config_lists_a_dozen_names() {
+        let edges: String = (0..500)
+            .map(|i| format!("  e{i}: {{from: a{i}, to: b, method: echo.Echo/Say}}\n"))
+            .collect();
+        let text = format!("protos: [echo.proto]\nedges:\n{edges}");
+        let c = Config::parse("weft.yaml", Path::new("."), &text).unwrap();
+        let err = c.edge("zzzz").unwrap_err();
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("edges: e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11 and 488 more")
+        );
     }
 }

@@ -449,6 +449,27 @@ pub fn has_errors(diags: &[Diagnostic]) -> bool {
     diags.iter().any(Diagnostic::is_error)
 }
 
+/// `names` joined with `, `, at most `shown` of them and then how many more: a hint that
+/// lists every edge of a 500-edge config is a 3 000-character line nobody reads.
+pub fn some_of<'a>(names: impl IntoIterator<Item = &'a str>, shown: usize) -> String {
+    let mut out = String::new();
+    let mut more = 0usize;
+    for (i, name) in names.into_iter().enumerate() {
+        if i < shown {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(name);
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        out.push_str(&format!(" and {more} more"));
+    }
+    out
+}
+
 /// "did you mean `x`?" for the closest candidate, if any is close enough.
 pub fn did_you_mean<'a>(
     wrong: &str,

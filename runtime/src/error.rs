@@ -75,7 +75,10 @@ fn known_services(known: &[String]) -> String {
     if known.is_empty() {
         "; the config lists no edges".to_owned()
     } else {
-        format!("; services in this config: {}", known.join(", "))
+        format!(
+            "; services in this config: {}",
+            weft_ir::diag::some_of(known.iter().map(String::as_str), weft_ir::config::LISTED)
+        )
     }
 }
 

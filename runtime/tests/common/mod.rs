@@ -10,6 +10,8 @@ pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
 
+pub mod mesh;
+
 /// Options for tests: no watcher unless asked, a fixed seed.
 pub fn options() -> EngineOptions {
     EngineOptions {
