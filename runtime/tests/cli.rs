@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The `weft` binary, driven as users drive it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value as Json;
@@ -651,20 +651,23 @@ fn bench_says_an_edge_without_elements_has_nothing_to_bench() {
     );
 }
 
+/// A `weft.yaml` in `dir` with `edges` (YAML lines under `edges:`) over `bad.proto`, a
+/// proto that does not compile (`strin`, its methods `x.S/M` and `x.S/N`).
+fn bad_proto_config(dir: &Path, edges: &str) -> PathBuf {
+    std::fs::write(
+        dir.join("bad.proto"),
+        "syntax = \"proto3\";\npackage x;\nmessage A { strin a = 1; }\nservice S { rpc M(A) returns (A); rpc N(A) returns (A); }\n",
+    )
+    .unwrap();
+    let cfg = dir.join("weft.yaml");
+    std::fs::write(&cfg, format!("protos: [bad.proto]\nedges:\n{edges}")).unwrap();
+    cfg
+}
+
 #[test]
 fn a_proto_that_does_not_compile_is_reported_once() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(
-        tmp.path().join("bad.proto"),
-        "syntax = \"proto3\";\npackage x;\nmessage A { strin a = 1; }\nservice S { rpc M(A) returns (A); }\n",
-    )
-    .unwrap();
-    let cfg = tmp.path().join("weft.yaml");
-    std::fs::write(
-        &cfg,
-        "protos: [bad.proto]\nedges:\n  e: {from: a, to: b, method: x.S/M}\n",
-    )
-    .unwrap();
+    let cfg = bad_proto_config(tmp.path(), "  e: {from: a, to: b, method: x.S/M}\n");
     let out = weft(&["plan", "--config", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
@@ -802,16 +805,10 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
 #[test]
 fn check_config_compiles_the_protos_once_for_every_edge() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(
-        tmp.path().join("bad.proto"),
-        "syntax = \"proto3\";\npackage x;\nmessage A { strin a = 1; }\nservice S { rpc M(A) returns (A); rpc N(A) returns (A); }\n",
-    )
-    .unwrap();
-    let cfg = tmp.path().join("weft.yaml");
     let edges: String = (0..5)
         .map(|i| format!("  e{i}: {{from: a{i}, to: b, method: x.S/M}}\n"))
         .collect();
-    std::fs::write(&cfg, format!("protos: [bad.proto]\nedges:\n{edges}")).unwrap();
+    let cfg = bad_proto_config(tmp.path(), &edges);
     let out = weft(&["check", "--config", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);

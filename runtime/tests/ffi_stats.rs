@@ -33,33 +33,13 @@ fn reload(rt: *mut WeftRuntime, yaml: &str) {
     );
 }
 
-/// A client request through `logging` (which waits for the response): its handle.
-fn request(rt: *mut WeftRuntime) -> u64 {
-    let method = b"/echo.Echo/Say";
-    let message = two_strings("alice", "hi");
-    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
-    let mut call = WeftCall {
-        method: method.as_ptr(),
-        method_len: method.len(),
-        message: message.as_ptr(),
-        message_len: message.len(),
-        out_message: WeftBuf::over(&mut m),
-        out_metadata: WeftBuf::over(&mut meta),
-        route: WeftBuf::over(&mut route),
-        ..WeftCall::default()
-    };
-    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-    assert_eq!(
-        unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) },
-        WEFT_OK
-    );
-    assert_ne!(call.rpc, 0);
-    call.rpc
-}
+/// The C ABI's request or response call.
+type Entry = unsafe extern "C" fn(*mut WeftRuntime, i32, *mut WeftCall) -> i32;
 
-fn respond(rt: *mut WeftRuntime, rpc: u64) {
+/// One client-side call of `entry` on `/echo.Echo/Say` with `message`, for RPC `rpc` (0 for
+/// a request); the call's RPC handle.
+fn client_call(rt: *mut WeftRuntime, entry: Entry, message: &[u8], rpc: u64) -> u64 {
     let method = b"/echo.Echo/Say";
-    let message = two_strings("hi", "echo-0");
     let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
     let mut call = WeftCall {
         method: method.as_ptr(),
@@ -73,10 +53,19 @@ fn respond(rt: *mut WeftRuntime, rpc: u64) {
         ..WeftCall::default()
     };
     // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-    assert_eq!(
-        unsafe { weft_response(rt, WEFT_SIDE_CLIENT, &mut call) },
-        WEFT_OK
-    );
+    assert_eq!(unsafe { entry(rt, WEFT_SIDE_CLIENT, &mut call) }, WEFT_OK);
+    call.rpc
+}
+
+/// A client request through `logging` (which waits for the response): its handle.
+fn request(rt: *mut WeftRuntime) -> u64 {
+    let rpc = client_call(rt, weft_request, &two_strings("alice", "hi"), 0);
+    assert_ne!(rpc, 0);
+    rpc
+}
+
+fn respond(rt: *mut WeftRuntime, rpc: u64) {
+    client_call(rt, weft_response, &two_strings("hi", "echo-0"), rpc);
 }
 
 #[test]
