@@ -548,5 +548,6 @@ func libraryCounters(h *C.WeftRuntime) Counters {
 		MalformedRPCs:    uint64(c.malformed),
 		ElementErrors:    uint64(c.element_errors),
 		IterationLimited: uint64(c.iteration_limited),
+		UnknownCallers:   uint64(c.unknown_callers),
 	}
 }

@@ -123,7 +123,7 @@ func (r *Runtime) unaryServer(ctx context.Context, req any, info *grpc.UnaryServ
 		// Only for a request stamped with the version the keys came from: a stamp that
 		// differs names another version (or the keys are stale), whose request path may not
 		// wait; the undeferred path finds out which runs.
-		if stamp := metadata.ValueFromIncomingContext(ctx, versionHeader); len(stamp) == 1 && stamp[0] == ks.stamp {
+		if stamp := metadata.ValueFromIncomingContext(ctx, versionHeader); len(stamp) == 1 && namesVersion(stamp[0], ks.stamp) {
 			return r.deferredServer(ctx, req, reqMsg, info, handler, s, &in, codec, mi, ks, stamp[0])
 		}
 	}

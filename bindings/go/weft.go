@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -84,6 +85,10 @@ type Counters struct {
 	// iterations than its element's max_iterations (a limit set too low for the state the
 	// element holds, rather than a failing element).
 	IterationLimited uint64
+	// UnknownCallers: requests refused with PERMISSION_DENIED because edges from several
+	// services lead into their method on this server and their weft-version stamp named
+	// none of those services (a caller without Weft sends none).
+	UnknownCallers uint64
 }
 
 // Counters returns the Runtime's counters. After Close the library's part keeps its value
@@ -97,6 +102,13 @@ func (r *Runtime) Counters() Counters {
 	r.mu.RUnlock()
 	c.MalformedRPCs += r.malformed.Load()
 	return c
+}
+
+// namesVersion tells whether a weft-version stamp, "<digest>/<service>" from a Weft client,
+// names the version whose digest is given.
+func namesVersion(stamp, digest string) bool {
+	rest, ok := strings.CutPrefix(stamp, digest)
+	return ok && (rest == "" || rest[0] == '/')
 }
 
 // methodInfo is what the binding keeps per method name.
@@ -125,7 +137,7 @@ type keySet struct {
 	requestMessage, responseMessage bool
 	// deferRequest: on the server side, the request path only reads the clock and keeps
 	// per-RPC scratch, so it may run in the response's library call (deferredServer) for a
-	// request stamped with stamp, the version's weft-version.
+	// request whose weft-version names stamp, the version's digest (namesVersion).
 	deferRequest bool
 	stamp        string
 	// fetchedAt: the library's active version when these keys were asked for (read before

@@ -1349,10 +1349,13 @@ impl Model {
             let stamps: Vec<_> = out.iter().filter(|(k, _)| k == b"weft-version").collect();
             assert_eq!(stamps.len(), 1, "one stamp");
             let stamp = &stamps[0].1;
-            assert_eq!(stamp.len(), WEFT_STAMP_LEN, "stamp {stamp:?}");
-            assert!(stamp.iter().all(u8::is_ascii_hexdigit), "stamp {stamp:?}");
+            // `<digest>/<service>`: the version's digest and the service calling.
+            assert!(stamp.len() > WEFT_STAMP_LEN, "stamp {stamp:?}");
+            let (digest, service) = stamp.split_at(WEFT_STAMP_LEN);
+            assert!(digest.iter().all(u8::is_ascii_hexdigit), "stamp {stamp:?}");
+            assert_eq!(service, b"/svc", "stamp {stamp:?}");
             if let Some(known) = self.stamp_of.get(&self.version()) {
-                assert_eq!(stamp, known, "the stamp is not the current version's");
+                assert_eq!(digest, known, "the stamp is not the current version's");
             }
             if !self.stamps.contains(stamp) {
                 self.stamps.push(stamp.clone());

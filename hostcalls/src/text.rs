@@ -39,7 +39,8 @@ pub fn header_name(name: &str) -> std::borrow::Cow<'_, str> {
 pub enum HeaderError {
     /// Pseudo-headers, `grpc-…`, `content-type` and `te` belong to the transport (a
     /// `grpc-status` written into an OK response contradicted its status), `weft-version`
-    /// to the engine (it picks the version of the chain a request runs).
+    /// to the engine (it picks the version of the chain a request runs and, on a server
+    /// several callers' edges lead into, the edge).
     #[error("header {} belongs to gRPC or to Weft; an element cannot write it", Quoted(.name))]
     Reserved { name: String },
     #[error("the header name is empty; {KEY_CHARS}")]

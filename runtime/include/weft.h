@@ -136,6 +136,9 @@ typedef struct WeftCounters {
   uint64_t element_errors;
   // Of `element_errors`, those that passed an element's `max_iterations`.
   uint64_t iteration_limited;
+  // Requests rejected with PERMISSION_DENIED because edges from several services lead
+  // into their method and their `weft-version` stamp named none of those services.
+  uint64_t unknown_callers;
 } WeftCounters;
 
 #ifdef __cplusplus

@@ -52,6 +52,16 @@ pub enum EngineError {
         side: &'static str,
         method: String,
     },
+    /// Edges from several services lead into the method, and the request's `weft-version`
+    /// stamp names none of them. The version is the one the RPC would have run in.
+    #[error("{}", unknown_caller(.service, .method, .caller.as_deref(), .callers))]
+    UnknownCaller {
+        service: String,
+        method: String,
+        caller: Option<String>,
+        callers: Vec<String>,
+        version: u64,
+    },
     #[error(
         "server-side method `{method}` runs request elements in version {version} that need the request itself; run its request path, then its response path"
     )]
@@ -69,6 +79,19 @@ pub enum EngineError {
         method: String,
         service: String,
     },
+}
+
+fn unknown_caller(service: &str, method: &str, caller: Option<&str>, callers: &[String]) -> String {
+    let quoted: Vec<String> = callers.iter().map(|c| format!("`{c}`")).collect();
+    let from = weft_ir::diag::some_of(quoted.iter().map(String::as_str), weft_ir::config::LISTED);
+    match caller {
+        Some(caller) => format!(
+            "service `{service}` has no edge from `{caller}` into method `{method}`; edges into it come from {from}"
+        ),
+        None => format!(
+            "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>`; a caller without Weft must send `weft-version: /<service>` itself"
+        ),
+    }
 }
 
 fn known_services(known: &[String]) -> String {

@@ -92,6 +92,9 @@ pub struct WeftCounters {
     pub element_errors: u64,
     /// Of `element_errors`, those that passed an element's `max_iterations`.
     pub iteration_limited: u64,
+    /// Requests rejected with PERMISSION_DENIED because edges from several services lead
+    /// into their method and their `weft-version` stamp named none of those services.
+    pub unknown_callers: u64,
 }
 
 /// What the runtime holds that grows with use and must shrink again (`weft_stats`): gauges
@@ -617,7 +620,13 @@ pub unsafe extern "C" fn weft_request(rt: *mut WeftRuntime, side: i32, call: *mu
         // SAFETY: the call's input pointers are readable (this function's contract).
         let input = unsafe { read_input(call)? };
         let stamp = metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
-        let prepared = rt.engine.prepare(side, input.method, stamp)?;
+        let prepared = match rt.engine.prepare(side, input.method, stamp) {
+            Ok(prepared) => prepared,
+            Err(e @ EngineError::UnknownCaller { .. }) => {
+                return refuse_caller(rt, call, e, "pass the complete metadata");
+            }
+            Err(e) => return Err(e.into()),
+        };
         keys_of_this_version(call, &prepared, "pass the complete metadata")?;
         let (metadata, undecoded) = call_metadata(input.metadata, prepared.visible_keys())?;
         let out = rt
@@ -746,7 +755,13 @@ pub unsafe extern "C" fn weft_server_exchange(
         // `weft_request` checks it, before anything else: a chain that observes no header
         // never decodes the metadata, and `write_verdict` relies on it being valid.
         metadata::find(input.metadata, VERSION_HEADER).map_err(FfiError::argument)?;
-        let prepared = rt.engine.prepare(Side::Server, input.method, stamp)?;
+        let prepared = match rt.engine.prepare(Side::Server, input.method, stamp) {
+            Ok(prepared) => prepared,
+            Err(e @ EngineError::UnknownCaller { .. }) => {
+                return refuse_caller(rt, call, e, "run the request path, then the response path");
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Without the request message, perhaps without the response, with only some headers:
         // another version, even one that can wait too, may read more.
         keys_of_this_version(
@@ -775,6 +790,34 @@ pub unsafe extern "C" fn weft_server_exchange(
         engine::recycle(out.verdict);
         rc
     })
+}
+
+/// Answers a request whose stamp names none of the services with an edge into its method
+/// with PERMISSION_DENIED, as a rejection verdict. Keys of another version would not have
+/// left the stamp out (every version reads it), but that version may run the method with one
+/// edge, which needs no caller: so `WEFT_E_METADATA` then, as for any RPC that runs in
+/// another version than the keys' (`then` says what to do).
+fn refuse_caller(
+    rt: &WeftRuntime,
+    call: &mut WeftCall,
+    error: EngineError,
+    then: &str,
+) -> Result<i32, FfiError> {
+    if let EngineError::UnknownCaller { version, .. } = &error {
+        let keys = call.metadata_keys_version;
+        if keys != 0 && keys != *version {
+            return Err(FfiError {
+                code: WEFT_E_METADATA,
+                message: format!(
+                    "the call holds what version {keys} observes, but this RPC runs in version {version}: {then}"
+                ),
+            });
+        }
+    }
+    let out = rt.engine.refuse_caller(error);
+    let rc = write_verdict(rt, call, &out.verdict, (&[], &metadata::Seen::new()), None);
+    engine::recycle(out.verdict);
+    rc
 }
 
 /// `WEFT_E_METADATA` when the call's inputs were shaped by the keys of another version than
@@ -904,7 +947,30 @@ pub unsafe extern "C" fn weft_metadata_keys(
         }
         // SAFETY: both non-NULL, valid and exclusively ours for the call (the contract).
         let (out, version) = unsafe { (&mut *out, &mut *version) };
-        let prepared = rt.engine.prepare(side_of(side)?, method, None)?;
+        let prepared = match rt.engine.prepare(side_of(side)?, method, None) {
+            Ok(prepared) => prepared,
+            Err(EngineError::UnknownCaller { .. }) => {
+                // Edges from several services lead into the method, each observing its own
+                // keys; which one runs depends on the service the request's stamp names.
+                // Everything is
+                // passed, and the request path cannot wait: a binding defers only with the
+                // keys of a version (`*version` not 0).
+                if !messages.is_null() {
+                    // SAFETY: non-NULL and valid for the call (the contract).
+                    unsafe {
+                        *messages = WEFT_OBSERVES_REQUEST_MESSAGE | WEFT_OBSERVES_RESPONSE_MESSAGE
+                    };
+                }
+                if !stamp.is_null() {
+                    // SAFETY: non-NULL and writable for WEFT_STAMP_LEN bytes (the contract).
+                    unsafe { write_stamp(&rt.engine.digest(), stamp)? };
+                }
+                out.len = 0;
+                *version = 0;
+                return Ok(WEFT_OK);
+            }
+            Err(e) => return Err(e.into()),
+        };
         let keys = prepared.header_keys();
         if !messages.is_null() {
             let [request, response] = prepared.message_observed();
@@ -921,16 +987,8 @@ pub unsafe extern "C" fn weft_metadata_keys(
             unsafe { *messages = observed | deferrable };
         }
         if !stamp.is_null() {
-            let digest = prepared.stamp().as_bytes();
-            if digest.len() != WEFT_STAMP_LEN {
-                return Err(FfiError::argument(format!(
-                    "the version's stamp `{}` is not {WEFT_STAMP_LEN} bytes long",
-                    prepared.stamp()
-                )));
-            }
-            // SAFETY: non-NULL and writable for WEFT_STAMP_LEN bytes (the contract), which
-            // cannot overlap the digest, a string of the engine's.
-            unsafe { std::ptr::copy_nonoverlapping(digest.as_ptr(), stamp, WEFT_STAMP_LEN) };
+            // SAFETY: non-NULL and writable for WEFT_STAMP_LEN bytes (the contract).
+            unsafe { write_stamp(prepared.digest(), stamp)? };
         }
         let Some(keys) = keys else {
             out.len = 0;
@@ -952,6 +1010,22 @@ pub unsafe extern "C" fn weft_metadata_keys(
         unsafe { copy_out(out, Some(&encoded)) };
         Ok(WEFT_OK)
     })
+}
+
+/// Copies a version's `weft-version` stamp to `out`.
+///
+/// # Safety
+/// `out` is writable for `WEFT_STAMP_LEN` bytes.
+unsafe fn write_stamp(digest: &str, out: *mut u8) -> Result<(), FfiError> {
+    if digest.len() != WEFT_STAMP_LEN {
+        return Err(FfiError::argument(format!(
+            "the version's stamp `{digest}` is not {WEFT_STAMP_LEN} bytes long"
+        )));
+    }
+    // SAFETY: writable for WEFT_STAMP_LEN bytes (this function's contract), which cannot
+    // overlap the digest, a string of the engine's.
+    unsafe { std::ptr::copy_nonoverlapping(digest.as_ptr(), out, WEFT_STAMP_LEN) };
+    Ok(())
 }
 
 /// How the config watcher's last reload went: `WEFT_OK` when it has not reloaded, or its
@@ -1082,6 +1156,7 @@ pub unsafe extern "C" fn weft_counters(rt: *const WeftRuntime, out: *mut WeftCou
                 malformed: c.malformed,
                 element_errors: c.element_errors,
                 iteration_limited: c.iteration_limited,
+                unknown_callers: c.unknown_callers,
             });
         }
         Ok(WEFT_OK)
@@ -1615,7 +1690,7 @@ edges:
     }
 
     #[test]
-    fn each_client_call_is_stamped_with_the_current_version() {
+    fn each_client_call_is_stamped_with_the_current_version_and_its_service() {
         // A thread reuses its last call's stamp entry: after a reload the stamp must still be
         // the new version's, and a caller's own current stamp is left alone.
         let yaml = CString::new(SERVER_METRICS).unwrap();
@@ -1627,6 +1702,9 @@ edges:
         assert_eq!(changed, 1);
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].0, "weft-version");
+        let (digest, service) = first[0].1.split_at(16);
+        assert!(digest.iter().all(u8::is_ascii_hexdigit), "{first:?}");
+        assert_eq!(service, b"/frontend");
         assert_eq!(client_request(rt, &[]), (1, first.clone()));
 
         let next = CString::new(SERVER_METRICS.replace("- metrics", "- metrics\n      - logging"))
@@ -1641,10 +1719,18 @@ edges:
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].0, "weft-version");
         assert_ne!(second[0].1, first[0].1, "the stamp names the new version");
+        assert!(second[0].1.ends_with(b"/frontend"));
 
         let mut md = Vec::new();
         entry(&mut md, "weft-version", &second[0].1);
         assert_eq!(client_request(rt, &md), (0, vec![]), "already stamped");
+        // An application passing on its own caller's metadata: the version is the same (one
+        // config), the service this one now.
+        let mut from_web = second[0].1[..16].to_vec();
+        from_web.extend_from_slice(b"/web");
+        let mut md = Vec::new();
+        entry(&mut md, "weft-version", &from_web);
+        assert_eq!(client_request(rt, &md), (1, second.clone()), "restamped");
         let mut md = Vec::new();
         entry(&mut md, "x-tenant", b"t1");
         let (changed, mut back) = client_request(rt, &md);
@@ -1719,13 +1805,13 @@ edges:
         unsafe { weft_close(rt) };
     }
 
-    /// Two edges on one method is a mistake in the config: `WEFT_E_CONFIG`, which a binding
-    /// reports as such, not `WEFT_E_ARGUMENT` (a caller's bad pointer or handle). The running
-    /// version stays.
+    /// Two edges from one caller on one method is a mistake in the config: `WEFT_E_CONFIG`,
+    /// which a binding reports as such, not `WEFT_E_ARGUMENT` (a caller's bad pointer or
+    /// handle). The running version stays.
     #[test]
-    fn a_config_with_two_edges_on_one_method_is_a_config_error() {
+    fn a_config_with_two_edges_from_one_caller_on_one_method_is_a_config_error() {
         let rt = open_server();
-        let second = SERVER_METRICS.replace("edges:\n", "edges:\n  other->echo:\n    from: other\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n");
+        let second = SERVER_METRICS.replace("edges:\n", "edges:\n  again:\n    from: frontend\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n");
         let next = CString::new(second).unwrap();
         let base = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo")).unwrap();
         // SAFETY: a live runtime; NUL-terminated strings that outlive the call.

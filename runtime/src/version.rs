@@ -131,6 +131,9 @@ pub struct VersionCounters {
     /// Messages a segment's whole-message check refused before its first element
     /// ([`message_checks`]); no instance saw them.
     pub(crate) refused_malformed: AtomicU64,
+    /// Requests refused because edges from several services lead into their method and
+    /// they named none of them ([`crate::Engine::refuse_caller`]).
+    pub(crate) unknown_callers: AtomicU64,
     /// Every segment's instances while they live, whichever version they belong to.
     segments: Segments,
 }
@@ -172,6 +175,7 @@ impl VersionCounters {
                         + self.refused_malformed.load(Ordering::Relaxed),
                     element_errors: self.retired_errors.load(Ordering::Relaxed),
                     iteration_limited: self.retired_iteration_limited.load(Ordering::Relaxed),
+                    unknown_callers: self.unknown_callers.load(Ordering::Relaxed),
                 };
                 break (upgraded.into_iter().flatten().collect::<Vec<_>>(), retired);
             }
@@ -316,6 +320,7 @@ fn kept_counts(instances: &[Instance], successor: Option<&Successor>) -> RpcCoun
                 malformed: inst.malformed,
                 element_errors: inst.errors,
                 iteration_limited: inst.iteration_limited,
+                unknown_callers: 0,
             };
             sum
         })
@@ -492,13 +497,16 @@ impl Segment {
 pub(crate) struct Version {
     /// The local install counter: 1, 2, … (logs, tests, `weft_version()`).
     pub number: u64,
-    /// 16 hex digits of the content digest; the `weft-version` stamp.
+    /// 16 hex digits of the content digest.
     pub digest: String,
+    /// The `weft-version` stamp a client sends: `<digest>/<service>`
+    /// ([`crate::engine::split_stamp`]).
+    pub stamp: String,
     /// By full method name (without the leading `/`). A service has a handful of methods:
     /// a B-tree lookup is a few string compares, where hashing the name with SipHash cost
     /// about 290 instructions per call (callgrind, `runtime/examples/ffi_iters`).
     pub client: BTreeMap<String, MethodRoute>,
-    pub server: BTreeMap<String, MethodRoute>,
+    pub server: BTreeMap<String, ServerRoutes>,
     pub segments: Vec<Segment>,
     /// Per edge of this service: the planned order and sides.
     pub layouts: Vec<(String, Layout)>,
@@ -548,13 +556,60 @@ impl Version {
         }
     }
 
-    pub fn route(&self, side: Side, method: &str) -> Option<MethodRoute> {
+    /// The segment and method an RPC of `method` runs on `side`; on the server side,
+    /// `caller` (the service the request's stamp names) picks among edges from several
+    /// services.
+    pub fn route(&self, side: Side, method: &str, caller: Option<&str>) -> Route<'_> {
         let method = method.strip_prefix('/').unwrap_or(method);
         match side {
-            Side::Client => self.client.get(method).copied(),
-            Side::Server => self.server.get(method).copied(),
+            Side::Client => self
+                .client
+                .get(method)
+                .copied()
+                .map_or(Route::None, Route::Found),
+            Side::Server => match self.server.get(method) {
+                None => Route::None,
+                Some(ServerRoutes::Any(only)) => Route::Found(only.route),
+                Some(ServerRoutes::ByCaller(edges)) => {
+                    match edges.iter().find(|e| Some(e.caller.as_str()) == caller) {
+                        Some(edge) => Route::Found(edge.route),
+                        None => Route::UnknownCaller(edges),
+                    }
+                }
+            },
         }
     }
+}
+
+/// Where an RPC of one method runs on the server side. An RPC carries no edge, only its
+/// method and, from a Weft client, its caller's service in the `weft-version` stamp; a
+/// method one edge
+/// leads into runs that edge whoever calls, as it did before callers were stamped, so
+/// services without Weft keep working.
+#[derive(Debug)]
+pub(crate) enum ServerRoutes {
+    /// One edge leads into the method: every RPC of it runs that edge.
+    Any(CallerRoute),
+    /// Edges from several services lead into the method: the caller picks one, and an RPC
+    /// naming none of them is refused (a policy that depends on the caller must not guess).
+    ByCaller(Vec<CallerRoute>),
+}
+
+/// One of several edges into a server-side method, and the service it comes from.
+#[derive(Debug)]
+pub(crate) struct CallerRoute {
+    /// The edge's `from`.
+    pub caller: String,
+    pub route: MethodRoute,
+}
+
+/// What [`Version::route`] found.
+pub(crate) enum Route<'a> {
+    Found(MethodRoute),
+    /// No edge of this service covers the method on that side.
+    None,
+    /// Several edges lead into the method and the RPC named none of their callers.
+    UnknownCaller(&'a [CallerRoute]),
 }
 
 /// Channel records go to the observer, if any.
@@ -741,6 +796,7 @@ pub(crate) fn build(
     let shared = SharedState::unmerged();
     let mut version = Version {
         number,
+        stamp: format!("{digest}/{service}"),
         digest,
         client: BTreeMap::new(),
         server: BTreeMap::new(),
@@ -783,22 +839,23 @@ pub(crate) fn build(
             };
             let segment = build_segment(&loaded, &layout, side, &ends, before)?;
             let index = version.segments.len();
-            let routes = match side {
-                Side::Client => &mut version.client,
-                Side::Server => &mut version.server,
-            };
             for (m, method) in loaded.methods.iter().enumerate() {
                 let route = MethodRoute {
                     segment: index,
                     method: m,
                 };
-                if let Some(other) = routes.insert(method.full_name.clone(), route) {
+                let name = &method.full_name;
+                let overlap = match side {
+                    Side::Client => version.client.insert(name.clone(), route),
+                    Side::Server => add_server_route(&mut version, name, &edge.from, route),
+                };
+                if let Some(other) = overlap {
                     let other = &version.segments[other.segment].edge;
                     return Err(EngineError::OverlappingEdges {
                         first: other.clone(),
                         second: edge.name.clone(),
                         side: side_name(side),
-                        method: method.full_name.clone(),
+                        method: name.clone(),
                         service: service.to_owned(),
                     });
                 }
@@ -808,6 +865,43 @@ pub(crate) fn build(
         version.layouts.push((edge.name.clone(), layout));
     }
     Ok(version)
+}
+
+/// Adds the server-side route of an edge from `caller` into `method`; returns the route of an
+/// edge already there from the same caller, which would leave the RPC's edge undecidable.
+fn add_server_route(
+    version: &mut Version,
+    method: &str,
+    caller: &str,
+    route: MethodRoute,
+) -> Option<MethodRoute> {
+    let added = CallerRoute {
+        caller: caller.to_owned(),
+        route,
+    };
+    let routes = match version.server.remove(method) {
+        None => ServerRoutes::Any(added),
+        Some(ServerRoutes::Any(first)) if first.caller == caller => {
+            let same = first.route;
+            version
+                .server
+                .insert(method.to_owned(), ServerRoutes::Any(first));
+            return Some(same);
+        }
+        Some(ServerRoutes::Any(first)) => ServerRoutes::ByCaller(vec![first, added]),
+        Some(ServerRoutes::ByCaller(mut edges)) => {
+            let same = edges.iter().find(|e| e.caller == caller).map(|e| e.route);
+            if same.is_none() {
+                edges.push(added);
+            }
+            version
+                .server
+                .insert(method.to_owned(), ServerRoutes::ByCaller(edges));
+            return same;
+        }
+    };
+    version.server.insert(method.to_owned(), routes);
+    None
 }
 
 pub fn side_name(side: Side) -> &'static str {

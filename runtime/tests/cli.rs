@@ -820,50 +820,53 @@ fn check_config_compiles_the_protos_once_for_every_edge() {
     assert!(err.contains("the protos do not compile"), "{err}");
 }
 
-/// A runtime refuses two edges that both apply to one method on one side (the server
-/// cannot tell which edge a request belongs to), so `weft check --config` warns of them,
-/// naming both edges and the service whose runtime refuses the config; it passed them
-/// without a word. A mesh where two services call one method meets this first. Only a
-/// warning: a config of alternatives (examples/planner) is for `weft plan` and `weft sim`.
+/// A runtime refuses two edges from one service that both apply to one method (neither end
+/// can tell which edge a request belongs to), so `weft check --config` warns of them, naming
+/// both edges and each service whose runtime refuses the config; it passed them without a
+/// word. Edges from two services into one method are fine: the server picks by the caller.
+/// Only a warning: a config of alternatives (examples/planner) is for `weft plan` and `weft
+/// sim`.
 #[test]
-fn check_config_warns_of_two_edges_on_one_method_which_the_runtime_refuses() {
+fn check_config_warns_of_two_edges_from_one_service_on_one_method_which_runtimes_refuse() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::copy(
         root().join("examples/echo/echo.proto"),
         tmp.path().join("echo.proto"),
     )
     .unwrap();
-    let yaml = "protos: [echo.proto]\nedges:\n  web->echo:\n    from: web\n    to: echo\n    method: echo.Echo/Say\n    server: [metrics]\n  cart->echo:\n    from: cart\n    to: echo\n    method: echo.Echo/*\n";
+    let options = || weft_runtime::EngineOptions {
+        watch_interval: None,
+        ..weft_runtime::EngineOptions::default()
+    };
+    let two_callers = "protos: [echo.proto]\nedges:\n  web->echo:\n    from: web\n    to: echo\n    method: echo.Echo/Say\n    server: [metrics]\n  cart->echo:\n    from: cart\n    to: echo\n    method: echo.Echo/*\n";
     let cfg = tmp.path().join("weft.yaml");
-    std::fs::write(&cfg, yaml).unwrap();
+    std::fs::write(&cfg, two_callers).unwrap();
     let out = weft(&["check", "--config", cfg.to_str().unwrap()]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains("warning: edges `web->echo` and `cart->echo` both apply to server-side method `echo.Echo/Say` of service `echo`"),
-        "{err}"
-    );
-    assert!(
-        err.contains("a runtime of `echo` refuses this config"),
-        "{err}"
-    );
-    // One method of two: the callers' client sides differ, so nothing else overlaps.
-    assert_eq!(err.matches("warning:").count(), 1, "{err}");
-    // As the runtime says.
-    let refused = weft_runtime::Engine::open(
-        &cfg,
-        "echo",
-        weft_runtime::EngineOptions {
-            watch_interval: None,
-            ..weft_runtime::EngineOptions::default()
-        },
-    );
-    assert!(
-        matches!(
-            refused,
-            Err(weft_runtime::EngineError::OverlappingEdges { .. })
-        ),
-        "{:?}",
-        refused.err()
-    );
+    assert_eq!(err.matches("warning:").count(), 0, "{err}");
+    weft_runtime::Engine::open(&cfg, "echo", options()).unwrap();
+
+    std::fs::write(&cfg, two_callers.replace("from: cart", "from: web")).unwrap();
+    let out = weft(&["check", "--config", cfg.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    for (side, service) in [("client", "web"), ("server", "echo")] {
+        assert!(
+            err.contains(&format!("warning: edges `web->echo` and `cart->echo` both apply to {side}-side method `echo.Echo/Say` of service `{service}`; an RPC must belong to one edge, so a runtime of `{service}` refuses this config")),
+            "{err}"
+        );
+        // As the runtime says.
+        let refused = weft_runtime::Engine::open(&cfg, service, options());
+        assert!(
+            matches!(
+                refused,
+                Err(weft_runtime::EngineError::OverlappingEdges { .. })
+            ),
+            "{service}: {:?}",
+            refused.err()
+        );
+    }
+    // One method of two: nothing else overlaps.
+    assert_eq!(err.matches("warning:").count(), 2, "{err}");
 }

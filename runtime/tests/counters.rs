@@ -88,7 +88,7 @@ fn counts(malformed: u64, element_errors: u64) -> RpcCounters {
     RpcCounters {
         malformed,
         element_errors,
-        iteration_limited: 0,
+        ..RpcCounters::default()
     }
 }
 

@@ -65,6 +65,7 @@ fn keys_no_element_observes_survive_the_stamp() {
     assert_eq!(back.visible["x-tenant"], "t1");
     assert_eq!(back.visible["user-agent"], "grpc-go");
     assert!(back.visible.contains_key("weft-version"));
+    assert!(back.visible["weft-version"].ends_with("/frontend"));
     let mut rest: Vec<(String, Vec<u8>)> = back
         .passthrough
         .iter()

@@ -159,7 +159,11 @@ fn exchange(rt: Shared, request_metadata: &[u8], reply: &[u8]) -> bool {
     };
     assert_eq!(code, WEFT_OK);
     let stamped = value_of(request_metadata, "weft-version").unwrap();
-    if messages & WEFT_DEFERRABLE_REQUEST == 0 || stamped != stamp {
+    // A stamp names the version whose 16 bytes it starts with, before the caller's `/service`.
+    let names_version = stamped
+        .strip_prefix(&stamp[..])
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"));
+    if messages & WEFT_DEFERRABLE_REQUEST == 0 || !names_version {
         return false;
     }
     let (mut m, mut meta, mut route) = (vec![0u8; 512], vec![0u8; 512], vec![0u8; 64]);

@@ -38,8 +38,7 @@ fn rejection(engine: &Engine, side: Side, message: &[u8]) -> Option<(Code, Strin
 fn malformed(n: u64) -> RpcCounters {
     RpcCounters {
         malformed: n,
-        element_errors: 0,
-        iteration_limited: 0,
+        ..RpcCounters::default()
     }
 }
 

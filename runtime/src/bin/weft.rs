@@ -394,7 +394,10 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
     let mut failed = 0;
     // (service, side, method) → the edge that covers it: a runtime refuses a second
     // (`EngineError::OverlappingEdges`), which the check says.
-    let mut covered: BTreeMap<(String, &'static str, String), String> = BTreeMap::new();
+    // (service, side, method, caller): a server tells edges from different callers apart by
+    // the service a Weft client names in its stamp; a client has only the method to go by.
+    type Covered = (String, &'static str, String, String);
+    let mut covered: BTreeMap<Covered, String> = BTreeMap::new();
     for name in &edges {
         let loaded = match load_edge_with_schema(&cfg, name, Arc::clone(&schema)) {
             Ok(l) => l,
@@ -437,20 +440,33 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
         // A warning, not an error: a config of alternatives for one method (the planner's
         // examples, a simulation) is checked and planned whole, and only a runtime that is
         // an end of both refuses it.
-        for (service, side) in [(&loaded.edge.from, "client"), (&loaded.edge.to, "server")] {
+        let sides = [
+            (&loaded.edge.from, "client", String::new()),
+            (&loaded.edge.to, "server", loaded.edge.from.clone()),
+        ];
+        for (service, side, caller) in sides {
             for method in &loaded.methods {
-                let key = (service.clone(), side, method.full_name.clone());
+                let key = (
+                    service.clone(),
+                    side,
+                    method.full_name.clone(),
+                    caller.clone(),
+                );
                 match covered.get(&key) {
                     Some(first) => errln!(
                         "warning: {}, so a runtime of `{service}` refuses this config\n  = hint: \
-                         the {side} side finds an RPC's edge by its method alone: give the method \
-                         one edge, or give each edge its own methods",
+                         {}: give the method one edge, or give each edge its own methods",
                         weft_runtime::EngineError::OverlappingEdges {
                             first: first.clone(),
                             second: name.clone(),
                             side,
                             method: method.full_name.clone(),
                             service: service.clone(),
+                        },
+                        if side == "client" {
+                            "a client finds an RPC's edge by its method alone"
+                        } else {
+                            "a server finds an RPC's edge by its method and the service calling"
                         }
                     ),
                     None => {

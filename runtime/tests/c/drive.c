@@ -134,12 +134,13 @@ int main(int argc, char **argv) {
     uint8_t corrupt[] = { 0x0a, 0x50, 'x' }; /* field 1 claims 80 bytes, has 1 */
     o = rpc_bytes(client, server, corrupt, sizeof corrupt, "x");
     EXPECT(o.verdict == WEFT_VERDICT_REJECT && o.code == 3, "corrupt payload: verdict %d code %d", o.verdict, o.code);
-    WeftCounters counters = { 0, 0, 0 };
+    WeftCounters counters = { 0 };
     EXPECT(weft_counters(client, &counters) == WEFT_OK, "weft_counters: %s", weft_last_error());
-    EXPECT(counters.malformed == 1 && counters.element_errors == 0 && counters.iteration_limited == 0,
-           "after one corrupt payload: malformed %llu, element errors %llu, iteration-limited %llu",
+    EXPECT(counters.malformed == 1 && counters.element_errors == 0 && counters.iteration_limited == 0
+               && counters.unknown_callers == 0,
+           "after one corrupt payload: malformed %llu, element errors %llu, iteration-limited %llu, unknown callers %llu",
            (unsigned long long)counters.malformed, (unsigned long long)counters.element_errors,
-           (unsigned long long)counters.iteration_limited);
+           (unsigned long long)counters.iteration_limited, (unsigned long long)counters.unknown_callers);
     EXPECT(weft_counters(client, NULL) == WEFT_E_ARGUMENT, "weft_counters with NULL out");
     EXPECT(weft_counters(NULL, &counters) == WEFT_E_ARGUMENT, "weft_counters with a NULL runtime");
 
