@@ -2825,6 +2825,10 @@ impl<S: StateStore> StateStore for Watched<S> {
         let r = self.inner.entries(var);
         self.note(r)
     }
+    fn entries_inserted(&mut self, var: usize) -> Result<Vec<(Value, Value)>, StateError> {
+        let r = self.inner.entries_inserted(var);
+        self.note(r)
+    }
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         self.inner.snapshot()
     }
@@ -2900,6 +2904,7 @@ pub fn exercise(
             consistency: v.consistency,
             combiner: v.combiner,
             zero: v.value_type().zero_value(),
+            capacity: v.capacity,
         })
         .collect();
     let shared = SharedState::new();

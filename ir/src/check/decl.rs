@@ -212,6 +212,7 @@ impl Checker<'_> {
                 consistency,
                 combiner,
                 persistence,
+                capacity: None,
                 from_param: None,
                 span: decl.span,
             });
