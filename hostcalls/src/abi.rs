@@ -312,6 +312,13 @@ impl StateStore for BlockStore {
         }
     }
 
+    fn entries_inserted(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        match self.block_var(var) {
+            Some(_) => self.entries(var),
+            None => self.inner.entries_inserted(var),
+        }
+    }
+
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         let mut snap = self.inner.snapshot();
         for (b, slot) in self.vars.iter().zip(self.block.slots.iter()) {

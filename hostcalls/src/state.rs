@@ -60,6 +60,9 @@ pub struct VarSpec {
     /// `Uint(0)` or `Float(0.0)`), for maps too: every value written must have that kind, and
     /// `delete` on a map key writes `zero`.
     pub zero: Value,
+    /// A map's most entries (`@capacity`): a `set` that adds a key to a full map first
+    /// removes the entry inserted longest ago. `None` is unbounded.
+    pub capacity: Option<usize>,
 }
 
 impl VarSpec {
@@ -71,7 +74,14 @@ impl VarSpec {
             consistency: Consistency::Local,
             combiner: Combiner::Lww,
             zero,
+            capacity: None,
         }
+    }
+
+    /// A map holding at most `capacity` entries, evicting the oldest inserted.
+    pub fn bounded(mut self, capacity: usize) -> Self {
+        self.capacity = Some(capacity);
+        self
     }
 
     pub fn strong(mut self) -> Self {
@@ -100,6 +110,25 @@ impl VarSpec {
                 found: self.zero.kind_name(),
             });
         }
+        if let Some(capacity) = self.capacity {
+            // Weak replicas evict on their own and merge key by key, so a merge could
+            // bring back what one replica evicted and leave the map above its capacity.
+            if self.kind != CellKind::Map || self.consistency == Consistency::Weak {
+                return Err(StateError::UnsupportedCapacity {
+                    var: self.name.clone(),
+                    what: if self.kind == CellKind::Map {
+                        "a weak map"
+                    } else {
+                        "not a map"
+                    },
+                });
+            }
+            if capacity == 0 {
+                return Err(StateError::ZeroCapacity {
+                    var: self.name.clone(),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -113,6 +142,7 @@ impl VarSpec {
             && self.consistency == other.consistency
             && self.combiner == other.combiner
             && self.zero == other.zero
+            && self.capacity == other.capacity
     }
 
     fn describe(&self) -> String {
@@ -121,8 +151,12 @@ impl VarSpec {
             CellKind::Map => "Map",
             CellKind::Vec => "Vec",
         };
+        let capacity = match self.capacity {
+            Some(n) => format!(", capacity {n}"),
+            None => String::new(),
+        };
         format!(
-            "{kind}, {} consistency, {:?} combiner, zero {:?}",
+            "{kind}, {} consistency, {:?} combiner, zero {:?}{capacity}",
             consistency_name(self.consistency),
             self.combiner,
             self.zero
@@ -162,6 +196,10 @@ pub enum StateError {
         var: String,
         consistency: &'static str,
     },
+    #[error("`{var}` has a capacity but is {what}; only local and strong maps take one")]
+    UnsupportedCapacity { var: String, what: &'static str },
+    #[error("`{var}` has a capacity of 0; a map must be able to hold at least one entry")]
+    ZeroCapacity { var: String },
     #[error(
         "`{var}` in scope `{scope}` is already declared as {existing} by another instance; \
          every instance sharing a scope must declare its shared state identically"
@@ -196,6 +234,12 @@ pub trait StateStore {
     fn len(&mut self, var: VarId) -> Result<usize, StateError>;
     /// Entries in key order: `(Unit, v)` for a scalar, `(Int(i), v)` for a vector.
     fn entries(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError>;
+    /// [`StateStore::entries`], but a map with a capacity gives them oldest inserted first:
+    /// written back in this order into an empty store, they evict in the same order again
+    /// (how a reload carries state over). A wrapping store must pass this on.
+    fn entries_inserted(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        self.entries(var)
+    }
     /// Every variable as a whole value (scalar, `Value::Map`, `Value::Vec`), by name, as this
     /// instance sees it (for state dumps and differential tests).
     fn snapshot(&mut self) -> Vec<(String, Value)>;
@@ -233,6 +277,9 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
     fn entries(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
         (**self).entries(var)
     }
+    fn entries_inserted(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        (**self).entries_inserted(var)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,15 +289,82 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
 enum Cell {
     Scalar(Value),
     Map(BTreeMap<Value, Value>),
+    /// A map with a capacity.
+    Fifo(Fifo),
     Vec(Vec<Value>),
+}
+
+/// A map that holds at most `capacity` entries: adding a key to a full map first removes the
+/// entry inserted longest ago. Replacing a present key's value keeps its place and reads never
+/// reorder, so a `get` stays a pure read (least-recently-used order would make every read a
+/// write, for the equivalence checker and for shared state alike). Eviction depends only on
+/// the order of writes, so every executor and every seeded run evicts the same keys.
+#[derive(Clone, Debug, PartialEq)]
+struct Fifo {
+    capacity: usize,
+    /// Each key's value and insertion stamp.
+    entries: BTreeMap<Value, (u64, Value)>,
+    /// Insertion stamp -> key, oldest first.
+    order: BTreeMap<u64, Value>,
+    next: u64,
+}
+
+impl Fifo {
+    fn new(capacity: usize) -> Self {
+        Fifo {
+            capacity,
+            entries: BTreeMap::new(),
+            order: BTreeMap::new(),
+            next: 0,
+        }
+    }
+
+    fn insert(&mut self, key: Value, value: Value) {
+        if let Some(slot) = self.entries.get_mut(&key) {
+            slot.1 = value;
+            return;
+        }
+        while self.entries.len() >= self.capacity.max(1) {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        let stamp = self.next;
+        self.next += 1;
+        self.order.insert(stamp, key.clone());
+        self.entries.insert(key, (stamp, value));
+    }
+
+    fn remove(&mut self, key: &Value) {
+        if let Some((stamp, _)) = self.entries.remove(key) {
+            self.order.remove(&stamp);
+        }
+    }
+
+    fn to_map(&self) -> BTreeMap<Value, Value> {
+        self.entries
+            .iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Entries oldest first.
+    fn inserted(&self) -> Vec<(Value, Value)> {
+        self.order
+            .values()
+            .filter_map(|k| Some((k.clone(), self.entries.get(k)?.1.clone())))
+            .collect()
+    }
 }
 
 impl Cell {
     fn new(spec: &VarSpec) -> Cell {
-        match spec.kind {
-            CellKind::Scalar => Cell::Scalar(spec.zero.clone()),
-            CellKind::Map => Cell::Map(BTreeMap::new()),
-            CellKind::Vec => Cell::Vec(Vec::new()),
+        match (spec.kind, spec.capacity) {
+            (CellKind::Scalar, _) => Cell::Scalar(spec.zero.clone()),
+            (CellKind::Map, Some(capacity)) => Cell::Fifo(Fifo::new(capacity)),
+            (CellKind::Map, None) => Cell::Map(BTreeMap::new()),
+            (CellKind::Vec, _) => Cell::Vec(Vec::new()),
         }
     }
 
@@ -265,9 +379,9 @@ impl Cell {
             })
         };
         match (self, key) {
-            (Cell::Scalar(_), Value::Unit) | (Cell::Map(_), _) | (Cell::Vec(_), Value::Int(_)) => {
-                Ok(())
-            }
+            (Cell::Scalar(_), Value::Unit)
+            | (Cell::Map(_) | Cell::Fifo(_), _)
+            | (Cell::Vec(_), Value::Int(_)) => Ok(()),
             (Cell::Scalar(_), _) => wrong("scalar", "unit"),
             (Cell::Vec(_), _) => wrong("Vec", "int"),
         }
@@ -278,6 +392,7 @@ impl Cell {
         Ok(match (self, key) {
             (Cell::Scalar(v), _) => Some(v.clone()),
             (Cell::Map(m), _) => m.get(key).cloned(),
+            (Cell::Fifo(f), _) => f.entries.get(key).map(|(_, v)| v.clone()),
             (Cell::Vec(xs), Value::Int(i)) => {
                 usize::try_from(*i).ok().and_then(|i| xs.get(i)).cloned()
             }
@@ -290,6 +405,7 @@ impl Cell {
         Ok(match (self, key) {
             (Cell::Scalar(_), _) => true,
             (Cell::Map(m), _) => m.contains_key(key),
+            (Cell::Fifo(f), _) => f.entries.contains_key(key),
             (Cell::Vec(xs), Value::Int(i)) => usize::try_from(*i).is_ok_and(|i| i < xs.len()),
             (Cell::Vec(_), _) => false,
         })
@@ -302,6 +418,7 @@ impl Cell {
             (Cell::Map(m), key) => {
                 m.insert(key, value);
             }
+            (Cell::Fifo(f), key) => f.insert(key, value),
             (Cell::Vec(xs), Value::Int(i)) => match usize::try_from(i) {
                 Ok(at) if at < xs.len() => xs[at] = value,
                 Ok(at) if at == xs.len() => xs.push(value),
@@ -319,6 +436,7 @@ impl Cell {
             (Cell::Map(m), _) => {
                 m.remove(key);
             }
+            (Cell::Fifo(f), _) => f.remove(key),
             (Cell::Vec(xs), Value::Int(i)) => match usize::try_from(*i) {
                 Ok(at) if at < xs.len() => {
                     xs.remove(at);
@@ -334,6 +452,7 @@ impl Cell {
         match self {
             Cell::Scalar(_) => 1,
             Cell::Map(m) => m.len(),
+            Cell::Fifo(f) => f.entries.len(),
             Cell::Vec(xs) => xs.len(),
         }
     }
@@ -342,6 +461,11 @@ impl Cell {
         match self {
             Cell::Scalar(v) => vec![(Value::Unit, v.clone())],
             Cell::Map(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Cell::Fifo(f) => f
+                .entries
+                .iter()
+                .map(|(k, (_, v))| (k.clone(), v.clone()))
+                .collect(),
             Cell::Vec(xs) => xs
                 .iter()
                 .enumerate()
@@ -354,7 +478,17 @@ impl Cell {
         match self {
             Cell::Scalar(v) => v.clone(),
             Cell::Map(m) => Value::Map(m.clone()),
+            Cell::Fifo(f) => Value::Map(f.to_map()),
             Cell::Vec(xs) => Value::Vec(xs.clone()),
+        }
+    }
+
+    /// Entries in the order they were inserted, oldest first, where the cell keeps one (a
+    /// map with a capacity); [`Cell::entries`] otherwise.
+    fn entries_inserted(&self) -> Vec<(Value, Value)> {
+        match self {
+            Cell::Fifo(f) => f.inserted(),
+            other => other.entries(),
         }
     }
 }
@@ -486,6 +620,11 @@ impl StateStore for LocalStore {
     fn entries(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
         let (_, cell) = self.var(var)?;
         Ok(cell.entries())
+    }
+
+    fn entries_inserted(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        let (_, cell) = self.var(var)?;
+        Ok(cell.entries_inserted())
     }
 }
 
@@ -759,6 +898,7 @@ impl Cell {
         match self {
             Cell::Scalar(v) => Some(v),
             Cell::Map(m) => m.get(key),
+            Cell::Fifo(f) => f.entries.get(key).map(|(_, v)| v),
             Cell::Vec(_) => None,
         }
     }
@@ -769,14 +909,19 @@ impl Cell {
             Cell::Map(m) => {
                 m.insert(key, value);
             }
+            Cell::Fifo(f) => f.insert(key, value),
             Cell::Vec(_) => {}
         }
     }
 
     /// Scalar deletes are recorded as writes of the zero, so only maps remove keys.
     fn remove(&mut self, key: &Value) {
-        if let Cell::Map(m) = self {
-            m.remove(key);
+        match self {
+            Cell::Map(m) => {
+                m.remove(key);
+            }
+            Cell::Fifo(f) => f.remove(key),
+            Cell::Scalar(_) | Cell::Vec(_) => {}
         }
     }
 }
@@ -1004,6 +1149,13 @@ impl StateStore for InstanceStore {
             Target::Weak(_, replica, _) => Ok(replica.data.entries()),
         })
     }
+
+    fn entries_inserted(&mut self, var: VarId) -> Result<Vec<(Value, Value)>, StateError> {
+        self.access(var, |target| match target {
+            Target::Cell(_, cell) => Ok(cell.entries_inserted()),
+            Target::Weak(_, replica, _) => Ok(replica.data.entries_inserted()),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1176,6 +1328,73 @@ mod tests {
         b.set(0, f(-0.0), int(2)).unwrap();
         state.sync();
         assert_eq!(a.entries(0).unwrap(), vec![(f(0.0), int(2))]);
+    }
+
+    #[test]
+    fn bounded_maps_evict_the_entry_inserted_longest_ago() {
+        let s = Value::str;
+        for strong in [false, true] {
+            let spec = map("cache").bounded(3);
+            let spec = if strong { spec.strong() } else { spec };
+            both_stores(&[spec], |st| {
+                for k in ["c", "a", "b"] {
+                    st.set(0, s(k), int(1)).unwrap();
+                }
+                // Replacing a value and reading keep the order of insertion.
+                st.set(0, s("c"), int(2)).unwrap();
+                assert_eq!(st.get(0, &s("c")).unwrap(), Some(int(2)));
+                st.set(0, s("d"), int(1)).unwrap();
+                assert_eq!(st.len(0).unwrap(), 3);
+                assert_eq!(st.get(0, &s("c")).unwrap(), None, "c was inserted first");
+                // A delete frees a place: the next insert evicts nothing.
+                st.delete(0, &s("b")).unwrap();
+                st.set(0, s("e"), int(1)).unwrap();
+                assert!(st.contains(0, &s("a")).unwrap());
+                st.set(0, s("f"), int(1)).unwrap();
+                assert_eq!(st.get(0, &s("a")).unwrap(), None);
+                // Entries are still in key order; the insertion order is apart.
+                let keys = |v: Vec<(Value, Value)>| v.into_iter().map(|e| e.0).collect::<Vec<_>>();
+                assert_eq!(keys(st.entries(0).unwrap()), [s("d"), s("e"), s("f")]);
+                st.set(0, s("a"), int(1)).unwrap();
+                assert_eq!(
+                    keys(st.entries_inserted(0).unwrap()),
+                    [s("e"), s("f"), s("a")]
+                );
+            });
+        }
+        // A strong map is one cell: one instance's insert evicts another's entry.
+        let state = SharedState::new();
+        let spec = [map("m").strong().bounded(1)];
+        let mut a = state.instance_store("x", "a", &spec);
+        let mut b = state.instance_store("x", "b", &spec);
+        a.set(0, int(1), int(1)).unwrap();
+        b.set(0, int(2), int(2)).unwrap();
+        assert_eq!(a.entries(0).unwrap(), [(int(2), int(2))]);
+    }
+
+    #[test]
+    fn capacities_only_bound_local_and_strong_maps() {
+        let weak = weak_map("w", Combiner::Lww).bounded(2);
+        let vector = vector("v").bounded(2);
+        let zero = map("z").bounded(0);
+        both_stores(&[weak, vector, zero], |s| {
+            let e = s.set(0, int(1), int(1)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "`w` has a capacity but is a weak map; only local and strong maps take one"
+            );
+            assert!(matches!(
+                s.set(1, int(0), int(1)),
+                Err(StateError::UnsupportedCapacity { .. })
+            ));
+            assert!(matches!(s.len(2), Err(StateError::ZeroCapacity { .. })));
+        });
+        // Instances sharing a strong map must agree on its capacity.
+        let state = SharedState::new();
+        let _a = state.instance_store("x", "a", &[map("m").strong().bounded(2)]);
+        let mut b = state.instance_store("x", "b", &[map("m").strong().bounded(3)]);
+        let err = b.len(0).unwrap_err();
+        assert!(err.to_string().contains("capacity 2"), "{err}");
     }
 
     #[test]

@@ -122,6 +122,8 @@ pub struct StateVar {
     pub consistency: Consistency,
     pub combiner: Combiner,
     pub persistence: bool,
+    /// A map's most entries (`@capacity(n)`); the oldest inserted goes first.
+    pub capacity: Option<usize>,
     /// Set when an `init` parameter of the same name initialises it (AppNet's
     /// `init(max_concurrent_req):` form).
     pub from_param: Option<Value>,

@@ -389,6 +389,11 @@ impl Parser {
                     name: "false".into(),
                     span: self.bump().span,
                 },
+                // `@capacity(1000)`: kept as its digits, as the printer writes it back.
+                Tok::Int(n) => Ident {
+                    name: n.to_string(),
+                    span: self.bump().span,
+                },
                 other => {
                     self.error_here(format!(
                         "expected a decorator argument, found {}",

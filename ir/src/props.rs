@@ -198,7 +198,9 @@ struct HandlerWalk {
 impl Analysis<'_> {
     fn scope_of(&self, var: VarId) -> Scope {
         let v = &self.element.state[var];
-        if v.kind == CellKind::Scalar {
+        // A map with a capacity evicts across all its keys: split per replica, each part
+        // would evict only among its own keys and hold up to the capacity alone.
+        if v.kind == CellKind::Scalar || v.capacity.is_some() {
             return Scope::Global;
         }
         let Some(keys) = self.key_taints.get(&var) else {

@@ -1218,6 +1218,7 @@ pub fn var_specs(ir: &Element) -> Vec<VarSpec> {
             consistency: v.consistency,
             combiner: v.combiner,
             zero: v.value_type().zero_value(),
+            capacity: v.capacity,
         })
         .collect()
 }

@@ -739,13 +739,25 @@ impl Gen<'_> {
     // ---- declarations --------------------------------------------------------------------
 
     fn decorators(&mut self, value_ty: &Type) -> Vec<Decorator> {
+        self.decorators_of(value_ty, false)
+    }
+
+    fn map_decorators(&mut self, value_ty: &Type) -> Vec<Decorator> {
+        self.decorators_of(value_ty, true)
+    }
+
+    /// A map may also get `@capacity(n)`. It takes no draw of its own: the choices are read
+    /// off draws made anyway, so the bytes of a recorded fuzz finding still generate the
+    /// program they found.
+    fn decorators_of(&mut self, value_ty: &Type, map: bool) -> Vec<Decorator> {
         let dec = |name: &str, arg: &str| Decorator {
             name: ident(name),
             arg: ident(arg),
             span: SP,
         };
         let mut out = Vec::new();
-        match self.e.below(4) {
+        let consistency = self.e.below(4);
+        match consistency {
             0 => out.push(dec("consistency", "strong")),
             1 => out.push(dec("consistency", "weak")),
             _ => {}
@@ -753,7 +765,8 @@ impl Gen<'_> {
         // Sum adds numbers; max and min also order instants.
         let numeric = value_ty.is_numeric();
         let ordered = numeric || *value_ty == Type::Instant;
-        match self.e.below(6) {
+        let combiner = self.e.below(6);
+        match combiner {
             0 => out.push(dec("combiner", "lww")),
             1 if numeric => out.push(dec("combiner", "sum")),
             2 if ordered => out.push(dec("combiner", "max")),
@@ -763,6 +776,10 @@ impl Gen<'_> {
         match self.e.below(6) {
             0 => out.push(dec("persistence", "true")),
             1 => out.push(dec("persistence", "false")),
+            // Weak maps take no capacity. Small ones, so generated runs fill them and evict.
+            2 | 3 if map && consistency != 1 => {
+                out.push(dec("capacity", &(1 + combiner % 3).to_string()))
+            }
             _ => {}
         }
         if out.len() > 1 && self.e.chance(1, 2) {
@@ -792,7 +809,7 @@ impl Gen<'_> {
                 4..=6 => {
                     let k = self.key_type();
                     let v = self.value_type();
-                    let d = self.decorators(&v);
+                    let d = self.map_decorators(&v);
                     let ty = Type::map(k.clone(), v.clone());
                     (self.fresh("s"), ty, Some(Cell::Map(k, v)), d)
                 }
@@ -2825,6 +2842,10 @@ impl<S: StateStore> StateStore for Watched<S> {
         let r = self.inner.entries(var);
         self.note(r)
     }
+    fn entries_inserted(&mut self, var: usize) -> Result<Vec<(Value, Value)>, StateError> {
+        let r = self.inner.entries_inserted(var);
+        self.note(r)
+    }
     fn snapshot(&mut self) -> Vec<(String, Value)> {
         self.inner.snapshot()
     }
@@ -2900,6 +2921,7 @@ pub fn exercise(
             consistency: v.consistency,
             combiner: v.combiner,
             zero: v.value_type().zero_value(),
+            capacity: v.capacity,
         })
         .collect();
     let shared = SharedState::new();

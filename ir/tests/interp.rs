@@ -77,7 +77,13 @@ impl Rig {
         let specs: Vec<VarSpec> = e
             .state
             .iter()
-            .map(|v| VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value()))
+            .map(|v| {
+                let spec = VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value());
+                match v.capacity {
+                    Some(n) => spec.bounded(n),
+                    None => spec,
+                }
+            })
             .collect();
         let inst = Instance::new(
             "e",

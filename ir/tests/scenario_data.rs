@@ -114,6 +114,137 @@ fn cache_answers_repeats_locally_and_never_stores_errors() {
     );
 }
 
+/// The keys the cache holds, without the method prefix, and the body each answers with.
+fn cached(sc: &Scenario, report: &weft_ir::sim::SimReport) -> Vec<(String, serde_json::Value)> {
+    let Value::Map(cache) = state(report, "cache@client", "cache") else {
+        panic!("cache is a map")
+    };
+    let prefix = format!("{METHOD} ");
+    cache
+        .iter()
+        .map(|(k, v)| {
+            let k = k
+                .as_str()
+                .unwrap()
+                .strip_prefix(&prefix)
+                .unwrap()
+                .to_owned();
+            (k, sc.decode(msg(v))["body"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn cache_at_capacity_evicts_the_response_stored_longest_ago() {
+    let sc = Scenario::new("client:\n  - cache: {field: body, capacity: 2}");
+    let trace = vec![
+        rpc(1, 0.0).body("a").resp(json!({"body": "A1"})),
+        rpc(2, 1.0).body("b").resp(json!({"body": "B2"})),
+        // A hit does not refresh `a`: eviction is by insertion, not by use.
+        rpc(3, 2.0)
+            .body("a")
+            .resp(json!({"body": "not from the server"})),
+        // A third key in a cache of two: `a`, stored first, goes.
+        rpc(4, 3.0).body("c").resp(json!({"body": "C4"})),
+        rpc(5, 4.0).body("a").resp(json!({"body": "A5"})),
+        // Storing `a` again evicted `b`; `c` is still there.
+        rpc(6, 5.0)
+            .body("c")
+            .resp(json!({"body": "not from the server"})),
+        rpc(7, 6.0).body("b").resp(json!({"body": "B7"})),
+    ];
+    let report = sc.run(trace);
+    let replied = |id| result(&report, id).outcome == Outcome::Replied;
+    let went_to_server = |id| result(&report, id).server_saw.is_some();
+    assert!(went_to_server(1) && went_to_server(2));
+    assert!(replied(3));
+    assert_eq!(result(&report, 3).client_got, Some(json!({"body": "A1"})));
+    assert!(went_to_server(4));
+    assert!(went_to_server(5), "`a` was evicted, so it misses");
+    assert_eq!(result(&report, 5).client_got, Some(json!({"body": "A5"})));
+    assert!(replied(6));
+    assert_eq!(result(&report, 6).client_got, Some(json!({"body": "C4"})));
+    assert!(went_to_server(7), "`b` was evicted, so it misses");
+    // Storing `b` evicted `c`, the oldest left.
+    assert_eq!(
+        cached(&sc, &report),
+        [("a".to_owned(), json!("A5")), ("b".to_owned(), json!("B7"))]
+    );
+}
+
+#[test]
+fn many_distinct_keys_leave_at_most_capacity_entries() {
+    // A client sending ever new keys: before `capacity`, the cache grew by one response per
+    // key for good.
+    let sc = Scenario::new("client:\n  - cache: {field: body, capacity: 3}");
+    let mut trace: Vec<Line> = (1..=40)
+        .map(|i| {
+            rpc(i, i as f64)
+                .body(&format!("k{i}"))
+                .resp(json!({"body": format!("R{i}")}))
+        })
+        .collect();
+    // The last three keys hit; the first, long evicted, goes to the server again.
+    trace.push(rpc(41, 41.0).body("k40"));
+    trace.push(rpc(42, 42.0).body("k38"));
+    trace.push(rpc(43, 43.0).body("k1").resp(json!({"body": "R1 again"})));
+    let report = sc.run(trace);
+    for id in 1..=40 {
+        assert!(
+            result(&report, id).server_saw.is_some(),
+            "rpc {id} is a miss"
+        );
+    }
+    assert_eq!(result(&report, 41).outcome, Outcome::Replied);
+    assert_eq!(result(&report, 41).client_got, Some(json!({"body": "R40"})));
+    assert_eq!(result(&report, 42).outcome, Outcome::Replied);
+    let r43 = result(&report, 43);
+    assert_ok(r43);
+    assert_eq!(r43.server_saw, Some(json!({"body": "k1"})));
+    assert_eq!(
+        cached(&sc, &report),
+        [
+            ("k1".to_owned(), json!("R1 again")),
+            ("k39".to_owned(), json!("R39")),
+            ("k40".to_owned(), json!("R40")),
+        ]
+    );
+}
+
+#[test]
+fn cache_without_a_capacity_keeps_a_thousand_responses() {
+    // Configs written before `capacity` (`cache: {field: body}`) keep working, bounded.
+    let sc = Scenario::new("client:\n  - cache: {field: body}");
+    let mut trace: Vec<Line> = (1..=1001)
+        .map(|i| rpc(i, i as f64).body(&format!("k{i}")))
+        .collect();
+    trace.push(rpc(1002, 1002.0).body("k2"));
+    trace.push(rpc(1003, 1003.0).body("k1"));
+    let report = sc.run(trace);
+    assert_eq!(cached(&sc, &report).len(), 1000);
+    assert_eq!(result(&report, 1002).outcome, Outcome::Replied);
+    assert!(result(&report, 1003).server_saw.is_some(), "k1 was evicted");
+}
+
+#[test]
+fn cache_refuses_a_capacity_below_one() {
+    for capacity in ["0", "-5"] {
+        let elements = protos_dir().join("../../../elements");
+        let yaml = format!(
+            "protos: [scenario.proto]\nelement_paths: [{}]\nedges:\n  app->svc:\n    from: app\n    to: svc\n    method: {METHOD}\n    client:\n      - cache: {{field: body, capacity: {capacity}}}\n",
+            elements.display()
+        );
+        let config = Config::parse("t.yaml", &protos_dir(), &yaml).unwrap();
+        let err = load_edge(&config, "app->svc").unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "`cache` has a capacity of {capacity}; it must hold at least one entry"
+            )),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn cache_never_answers_one_method_with_anothers_response() {
     // A review: on an edge of two methods keyed by `user`, GetBalance got GetProfile's

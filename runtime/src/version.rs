@@ -1462,6 +1462,19 @@ fn copy_state(
             for (key, _) in to.store.entries(var).map_err(|e| e.to_string())? {
                 to.store.delete(var, &key).map_err(|e| e.to_string())?;
             }
+            if ir.state[var].capacity.is_some() {
+                // Written back oldest first, so the next eviction after the reload removes
+                // the key it would have removed before (the snapshot is in key order). The
+                // element is unchanged, so `var` names the same variable in `from`.
+                for (key, value) in from
+                    .store
+                    .entries_inserted(var)
+                    .map_err(|e| e.to_string())?
+                {
+                    to.store.set(var, key, value).map_err(|e| e.to_string())?;
+                }
+                continue;
+            }
         }
         write_state(to.store.as_mut(), ir, &name, None, value)?;
     }

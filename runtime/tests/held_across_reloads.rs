@@ -42,11 +42,12 @@ fn say(engine: &Engine, body: &str) -> weft_runtime::RequestOutcome {
         .unwrap()
 }
 
-/// Reloads that change only a comment keep the element, and so move its state on.
+/// Reloads that change only a comment keep the element, and so move its state on. The
+/// capacity holds every answer the test caches (the default, 1000, would evict most).
 fn config(generation: usize) -> String {
     format!(
         "# generation {generation}\n{}",
-        echo_edge(&["cache: {field: body}"], &[])
+        echo_edge(&["cache: {field: body, capacity: 30000}"], &[])
     )
 }
 

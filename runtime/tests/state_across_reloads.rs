@@ -49,11 +49,15 @@ fn passes_on(engine: &Engine, side: Side) -> bool {
 /// Whether one request from alice reached the server application (`false`: a local reply,
 /// here the cache's).
 fn reached(client: &Engine, server: &Engine) -> bool {
+    reached_as(client, server, "alice")
+}
+
+fn reached_as(client: &Engine, server: &Engine, user: &str) -> bool {
     let seen = round_trip(
         client,
         server,
         no_metadata(),
-        two_strings("alice", "hi"),
+        two_strings(user, "hi"),
         |_| ServerResponse::Ok {
             message: two_strings("hi", "echo-0"),
             metadata: no_metadata(),
@@ -143,6 +147,29 @@ fn a_cache_stays_warm_across_a_reload() {
         !reached(&client, &server),
         "the cache keeps its entries across the reload"
     );
+}
+
+#[test]
+fn a_full_cache_evicts_in_the_same_order_after_a_reload() {
+    let dir = examples().join("echo");
+    let cache = "cache: {field: user, capacity: 2}";
+    let client = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "frontend", options()).unwrap();
+    let server = Engine::open_yaml(&echo_edge(&[cache], &[]), &dir, "echo", options()).unwrap();
+    // Stored bob first, then alice: the order of insertion is not the order of the keys.
+    assert!(reached_as(&client, &server, "bob"));
+    assert!(reached_as(&client, &server, "alice"));
+    installed(
+        client
+            .reload_yaml(&echo_edge(&[cache, "metrics"], &[]), &dir)
+            .unwrap(),
+    );
+    // A third user evicts bob, stored longest ago, as it would have without the reload.
+    assert!(reached_as(&client, &server, "carol"));
+    assert!(
+        !reached_as(&client, &server, "alice"),
+        "alice is still cached"
+    );
+    assert!(reached_as(&client, &server, "bob"), "bob was evicted");
 }
 
 #[test]

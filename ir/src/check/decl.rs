@@ -114,6 +114,7 @@ impl Checker<'_> {
             let mut consistency = Consistency::Local;
             let mut combiner = None;
             let mut persistence = false;
+            let mut capacity = None;
             for d in &decl.decorators {
                 let arg = d.arg.name.as_str();
                 match d.name.name.as_str() {
@@ -143,11 +144,17 @@ impl Checker<'_> {
                             self.error(d.arg.span, "`@persistence` takes `true` or `false`");
                         }
                     },
+                    // Its argument may name a parameter: resolved once they are declared
+                    // (`resolve_capacities`).
+                    "capacity" => capacity = Some(d),
                     other => {
-                        let hint = did_you_mean(other, ["consistency", "combiner", "persistence"])
-                            .unwrap_or_else(|| {
-                                "decorators: @consistency, @combiner, @persistence".into()
-                            });
+                        let hint = did_you_mean(
+                            other,
+                            ["consistency", "combiner", "persistence", "capacity"],
+                        )
+                        .unwrap_or_else(|| {
+                            "decorators: @consistency, @combiner, @persistence, @capacity".into()
+                        });
                         self.error(d.name.span, format!("unknown decorator `@{other}`"))
                             .hint = Some(hint);
                     }
@@ -169,6 +176,22 @@ impl Checker<'_> {
             if kind == CellKind::Vec && consistency != Consistency::Local {
                 self.error(decl.span, "shared state cannot be a `Vec`").hint =
                     Some("use a `Map<int, T>` keyed by position; maps merge key by key".into());
+            }
+            if let Some(d) = capacity {
+                if kind != CellKind::Map {
+                    self.error(
+                        d.span,
+                        format!("`@capacity` bounds a map, but `{name}` is `{ty}`"),
+                    )
+                    .hint = Some("declare it `Map<K, V>`, or remove `@capacity`".into());
+                } else if consistency == Consistency::Weak {
+                    // Each weak replica would evict on its own, and merging them key by key
+                    // could bring an evicted entry back and pass the capacity.
+                    self.error(d.span, "a weak map cannot have a capacity").hint = Some(
+                        "weak replicas evict apart and merge key by key; use a local or `@consistency(strong)` map"
+                            .into(),
+                    );
+                }
             }
             let combiner = combiner.unwrap_or(Combiner::Lww);
             let value_ty = match &ty {
@@ -212,6 +235,7 @@ impl Checker<'_> {
                 consistency,
                 combiner,
                 persistence,
+                capacity: None,
                 from_param: None,
                 span: decl.span,
             });
@@ -392,6 +416,87 @@ impl Checker<'_> {
                     );
                     d.hint = Some(hint);
                     d.config = Some(ConfigCause::ParamName(k.clone()));
+                }
+            }
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// Binds each `@capacity(n)`: a number, or an `int`/`uint` parameter whose value the
+    /// config or its default gives. An unbound parameter (`weft check` without a chain)
+    /// leaves the map unbounded, but such an element never runs.
+    pub(super) fn resolve_capacities(&mut self, file: &ast::ElementFile) {
+        let Some(section) = &file.state else { return };
+        for decl in &section.decls {
+            let Some(var) = self.state_index.get(&decl.name.name).copied() else {
+                continue;
+            };
+            if self.state[var].kind != CellKind::Map
+                || self.state[var].consistency == Consistency::Weak
+            {
+                continue;
+            }
+            let Some(d) = decl.decorators.iter().rfind(|d| d.name.name == "capacity") else {
+                continue;
+            };
+            let arg = d.arg.name.as_str();
+            let value = if arg.bytes().all(|b| b.is_ascii_digit()) {
+                arg.parse::<i128>().ok()
+            } else if let Some(p) = self.params.iter().find(|p| p.name == arg) {
+                if !matches!(p.ty, Type::Int | Type::Uint | Type::Dyn) {
+                    let ty = p.ty.clone();
+                    self.error(
+                        d.arg.span,
+                        format!("`@capacity` takes a number of entries, but `{arg}` is `{ty}`"),
+                    )
+                    .hint = Some(format!("declare it `{arg}: int`"));
+                    continue;
+                }
+                match &p.value {
+                    Some(Value::Int(n)) => Some(i128::from(*n)),
+                    Some(Value::Uint(n)) => Some(i128::from(*n)),
+                    // An untyped (AppNet) parameter given a value of another kind: left
+                    // alone, the map would quietly be unbounded.
+                    Some(other) => {
+                        let kind = other.kind_name();
+                        self.error(
+                            d.arg.span,
+                            format!("`@capacity` takes a number of entries, but `{arg}` is {kind}"),
+                        )
+                        .hint = Some(format!("give `{arg}` a whole number"));
+                        continue;
+                    }
+                    None => continue,
+                }
+            } else {
+                let names = self.params.iter().map(|p| p.name.as_str());
+                let hint = did_you_mean(arg, names).unwrap_or_else(|| {
+                    "write a number, `@capacity(1000)`, or name an `int` parameter of `init`".into()
+                });
+                self.error(
+                    d.arg.span,
+                    format!("`@capacity({arg})`: `init` declares no parameter `{arg}`"),
+                )
+                .hint = Some(hint);
+                continue;
+            };
+            match value.and_then(|n| usize::try_from(n).ok()) {
+                Some(n) if n >= 1 => self.state[var].capacity = Some(n),
+                _ => {
+                    let shown = value.map_or_else(|| arg.to_owned(), |n| n.to_string());
+                    let name = &decl.name.name;
+                    let from_config = self.env.params.is_some_and(|g| g.contains_key(arg));
+                    let d = self.error(
+                        d.arg.span,
+                        format!(
+                            "`{name}` has a capacity of {shown}; it must hold at least one entry"
+                        ),
+                    );
+                    d.hint = Some(format!("give `{name}` a capacity of 1 or more"));
+                    if from_config {
+                        d.config = Some(ConfigCause::ParamValue(arg.to_owned()));
+                    }
                 }
             }
         }

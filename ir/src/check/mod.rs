@@ -57,6 +57,7 @@ pub fn check(file: &ast::ElementFile, env: &CheckEnv<'_>) -> (Option<Element>, V
     };
     cx.declare_state(file);
     cx.declare_params(file);
+    cx.resolve_capacities(file);
     let init = cx.handler_body(Handler::Init, None, file.init.as_ref().map(|i| &i.body));
     let req = cx.handler_body(
         Handler::Req,

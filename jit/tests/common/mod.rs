@@ -31,7 +31,13 @@ pub fn local_store(e: &Element) -> Box<dyn StateStore + Send> {
     let specs: Vec<VarSpec> = e
         .state
         .iter()
-        .map(|v| VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value()))
+        .map(|v| {
+            let spec = VarSpec::new(v.name.clone(), v.kind, v.value_type().zero_value());
+            match v.capacity {
+                Some(n) => spec.bounded(n),
+                None => spec,
+            }
+        })
         .collect();
     Box::new(LocalStore::new(&specs))
 }
