@@ -654,6 +654,7 @@ impl Checker<'_> {
         let vt = sv.value_type().clone();
         let saved_defined = self.bx().defined.clone();
         let saved_reachable = self.bx().reachable;
+        let saved_live = self.bx().live;
         self.bx().push_scope(true);
         self.check_binder_name(&lambda.params[0]);
         let binder = self.bx().declare_binder(&lambda.params[0].name, vt);
@@ -671,6 +672,7 @@ impl Checker<'_> {
         self.bx().pop_scope();
         self.bx().defined = saved_defined;
         self.bx().reachable = saved_reachable;
+        self.bx().live = saved_live;
         let mut ty = Type::Unit;
         if let Some((first, _)) = cx.returns.first() {
             ty = first.clone();
