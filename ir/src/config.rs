@@ -310,13 +310,25 @@ impl Config {
                 .get(start..)
                 .and_then(|rest| rest.char_indices().nth(l.column().saturating_sub(1)))
                 .map_or(start, |(i, _)| start + i);
+            // The parser says only that a tab "cannot start any token".
+            let indent_has_tab = source.text.get(start..).is_some_and(|rest| {
+                rest.chars()
+                    .take_while(|c| *c == ' ' || *c == '\t')
+                    .any(|c| c == '\t')
+            });
+            let hint = indent_has_tab.then(|| {
+                format!(
+                    "YAML indents with spaces only: line {} starts with a tab",
+                    l.line()
+                )
+            });
             ConfigError {
                 // As the parser says: past the last line, the file ended too soon.
                 location: format!(":{}:{}", l.line(), l.column()),
                 excerpt: (source.line_of(at as u32) == l.line())
                     .then(|| excerpt(&source, Span::new(at, at)))
                     .flatten(),
-                ..ConfigError::new(file, message, None)
+                ..ConfigError::new(file, message, hint)
             }
         })?;
         let places = Places::index(&source);
@@ -455,6 +467,10 @@ impl Config {
     /// (else empty), for errors about it.
     fn as_written(&self, path: &Path) -> (String, String) {
         match path.strip_prefix(&self.dir) {
+            // Relative to the current directory: the entry is already where it led.
+            Ok(entry) if self.dir.as_os_str().is_empty() => {
+                (entry.display().to_string(), String::new())
+            }
             Ok(entry) => (
                 entry.display().to_string(),
                 format!(" ({})", path.display()),
@@ -467,10 +483,19 @@ impl Config {
     pub fn protos_entry_error(&self, index: usize, why: &str) -> ConfigError {
         let (entry, resolved) = self.as_written(&self.protos[index]);
         let message = format!("cannot read the proto file `{entry}`{resolved}: {why}");
-        let hint = Some(format!(
-            "a relative path is resolved against the config's directory, here {}",
-            self.dir.display()
-        ));
+        // A config read as `weft.yaml` has no directory part: its files are relative to
+        // the current directory.
+        let here = if self.dir.as_os_str().is_empty() {
+            "the current directory".to_string()
+        } else {
+            format!("`{}`", self.dir.display())
+        };
+        let mut hint =
+            format!("a relative path is resolved against the config's directory, here {here}");
+        if let Some(better) = similar_file(&self.protos[index], &entry) {
+            hint = format!("{better} {hint}");
+        }
+        let hint = Some(hint);
         // A list's item, or the one string `protos: file.proto`.
         let span = place_span(&self.places, &["protos".into(), index.into()], Part::Value)
             .or_else(|| place_span(&self.places, &["protos".into()], Part::Value));
@@ -1148,6 +1173,25 @@ pub fn yaml_value(v: &Yaml) -> Result<Value, String> {
         Yaml::Null => return Err("has no value (null)".into()),
         Yaml::Tagged(t) => yaml_value(&t.value)?,
     })
+}
+
+/// "did you mean `dir/echo.proto`?" for a proto file `path` that is missing (written `entry`)
+/// when its directory holds a `.proto` file of a similar name.
+fn similar_file(path: &Path, entry: &str) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".proto"))
+        .collect();
+    let best = crate::diag::did_you_mean(name, names.iter().map(String::as_str))?;
+    // `did you mean `x`?` for the file name, in the form the entry was written in.
+    let prefix = &entry[..entry.len().saturating_sub(name.len())];
+    Some(best.replacen('`', &format!("`{prefix}"), 1))
 }
 
 #[cfg(test)]

@@ -503,3 +503,52 @@ fn a_value_init_refuses_points_at_the_value() {
     let got = refusals("      - circuitbreaker: {max_pending: 1}\n");
     assert!(got.is_empty(), "{got:?}");
 }
+
+/// A config loaded as `weft.yaml` from the current directory has an empty directory: the
+/// hint said "resolved against the config's directory, here " and stopped, and the entry
+/// was repeated as its own resolution (`inventry.proto` (inventry.proto)). A misspelt name
+/// next to the right file is suggested.
+#[test]
+fn a_missing_proto_next_to_the_config_names_the_directory_and_the_likely_file() {
+    let yaml = "protos: [ecoh.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [logging]\n";
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    for (base, shown) in [
+        (Path::new(""), "the current directory".to_string()),
+        (dir.as_path(), format!("`{}`", dir.display())),
+    ] {
+        let cfg = Config::parse("weft.yaml", base, yaml).unwrap();
+        let err = load_edge(&cfg, "e").unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "a relative path is resolved against the config's directory, here {shown}"
+            )),
+            "{err}"
+        );
+        if base.as_os_str().is_empty() {
+            assert!(
+                err.contains("cannot read the proto file `ecoh.proto`: "),
+                "{err}"
+            );
+        } else {
+            assert!(err.contains("did you mean `echo.proto`?"), "{err}");
+        }
+    }
+}
+
+/// YAML indents with spaces only; a tab was reported as "found character that cannot start
+/// any token", which does not say what to change.
+#[test]
+fn a_tab_in_the_yaml_indentation_says_so() {
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n\tfrom: a\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("weft.yaml:4:1: error: not valid YAML"),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: YAML indents with spaces only: line 4 starts with a tab"),
+        "{err}"
+    );
+}
