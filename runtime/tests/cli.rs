@@ -867,3 +867,64 @@ fn check_config_warns_of_two_edges_on_one_method_which_the_runtime_refuses() {
         refused.err()
     );
 }
+
+/// A mistake in weft.yaml itself (bad YAML, an unknown key) was a fatal error of the tool:
+/// `weft check --config` exited 2, not the 1 it documents for errors, and every command
+/// printed it as `weft: weft.yaml:8:5: error: …`, so the `path:line:col` an editor or a
+/// CI problem matcher looks for at the start of the line was not there.
+#[test]
+fn a_config_that_does_not_parse_is_an_error_of_the_config_located_at_the_line_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad_yaml = echo_config(tmp.path(), "      - ratelimit: {capacity: 5\n");
+    let path = bad_yaml.display().to_string();
+    let out = weft(&["check", "--config", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:9:1: error: not valid YAML")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("no edge was checked"),
+        "{}",
+        stderr(&out)
+    );
+
+    let text = std::fs::read_to_string(&bad_yaml).unwrap();
+    std::fs::write(
+        &bad_yaml,
+        text.replace("      - ratelimit: {capacity: 5\n", "      - metrics\n")
+            .replace("    any:", "    sever: [logging]\n    any:"),
+    )
+    .unwrap();
+    let out = weft(&["check", "--config", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:7:5: error: unknown key `sever`")),
+        "{}",
+        stderr(&out)
+    );
+    // The other commands keep their exit code for bad input, with the place first too.
+    let out = weft(&["plan", "--config", &path]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:7:5: error: unknown key `sever`")),
+        "{}",
+        stderr(&out)
+    );
+    let wrong_type = echo_config(tmp.path(), "      - ratelimit: {capacity: five}\n");
+    // An element's parameter is an error in the edge's elements, as `sim` and `plan` say it
+    // (exit 1); `bench` made it a fatal error of its own.
+    let out = bench_e(&wrong_type, "10", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("weft: 1 error(s) in the elements of edge `e`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:8:")),
+        "{}",
+        stderr(&out)
+    );
+}

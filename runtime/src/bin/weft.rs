@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use weft_ir::check::{CheckEnv, check};
-use weft_ir::config::{Config, Observation};
+use weft_ir::config::{Config, ConfigError, Observation};
 use weft_ir::diag::{ConfigCause, Diagnostic, SourceFile, has_errors, render_all};
 use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge, load_edge_with_schema};
@@ -269,8 +269,16 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
         Err(e) => {
+            // An error about a place in the config starts with that place, as element
+            // diagnostics do, for editors and CI problem matchers that look for it there.
+            let located = e.downcast_ref::<ConfigError>().is_some()
+                || matches!(e.downcast_ref::<LoadError>(), Some(LoadError::Config(_)));
             // Nothing more can be said if stderr itself is gone.
-            let _ = writeln!(std::io::stderr(), "weft: {e:#}");
+            let _ = if located {
+                writeln!(std::io::stderr(), "{e:#}")
+            } else {
+                writeln!(std::io::stderr(), "weft: {e:#}")
+            };
             ExitCode::from(2)
         }
     }
@@ -375,7 +383,16 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
 /// edge can be placed in-process as the runtime places it. All failures are reported, not
 /// only the first.
 fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
-    let cfg = Config::load(config)?;
+    // What is checked does not load: an error found by the check (exit 1), as a broken
+    // element or proto is.
+    let cfg = match Config::load(config) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            errln!("{e}");
+            errln!("weft: the config does not load, so no edge was checked");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let edges: Vec<String> = match edge {
         Some(e) => vec![cfg.edge(e)?.name.clone()],
         None => cfg.edges.iter().map(|e| e.name.clone()).collect(),
@@ -846,7 +863,10 @@ fn cmd_bench(
         bail!("--n is the number of RPCs to time: at least 1");
     }
     let cfg = Config::load(config)?;
-    let loaded = load_edge(&cfg, edge)?;
+    let loaded = match load_or_report(&cfg, edge, None)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
     if loaded.elements.is_empty() {
         // The JIT compiles no empty segment; the interpreter's figure alone would only time
         // the harness.
