@@ -928,3 +928,35 @@ fn a_config_that_does_not_parse_is_an_error_of_the_config_located_at_the_line_st
         stderr(&out)
     );
 }
+
+/// An element that reads request metadata (a tenant, a canary flag) could only be timed on
+/// its path for a request without it: `--message` sets the message, and nothing set the
+/// headers, so a quota keyed by a header rejected every RPC of the bench.
+#[test]
+fn bench_sets_request_headers() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("tenant.weft"),
+        "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    if get_rpc_header(rpc, 'x-tenant') == 'acme':\n        send(rpc, Down)\n    send(err('who?', UNAUTHENTICATED), Up)\nresp(rpc):\n    send(rpc, Up)\n",
+    )
+    .unwrap();
+    let cfg = echo_config(tmp.path(), "      - tenant\n");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("element_paths: [.]\n{text}")).unwrap();
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant=acme"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("(20 of 20 reached the server)"),
+        "{}",
+        stdout(&out)
+    );
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant=globex"]);
+    assert!(
+        stdout(&out).contains("tenant rejected 20"),
+        "{}",
+        stdout(&out)
+    );
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("NAME=VALUE"), "{}", stderr(&out));
+}

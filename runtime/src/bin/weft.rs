@@ -109,6 +109,9 @@ enum Command {
         /// The request as JSON (default `{}`), encoded once with the method's schema.
         #[arg(long)]
         message: Option<String>,
+        /// A request header (gRPC metadata) every timed RPC carries; repeat for more.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
     },
     /// Plan where each element runs: the cheapest order, sides and processors equivalent to
     /// the configured chain, with the segments that get fused and the reasons.
@@ -244,7 +247,8 @@ fn main() -> ExitCode {
             executor,
             n,
             message,
-        } => cmd_bench(&config, &edge, executor, n, message.as_deref()),
+            headers,
+        } => cmd_bench(&config, &edge, executor, n, message.as_deref(), &headers),
         Command::Plan {
             config,
             edge,
@@ -858,6 +862,7 @@ fn cmd_bench(
     executor: BenchExecutor,
     n: u64,
     message: Option<&str>,
+    headers: &[String],
 ) -> Result<ExitCode> {
     if n == 0 {
         bail!("--n is the number of RPCs to time: at least 1");
@@ -880,7 +885,16 @@ fn cmd_bench(
     let json: serde_json::Value =
         serde_json::from_str(message.unwrap_or("{}")).context("--message is not JSON")?;
     let req = weft_ir::wire::json_to_bytes(&method.request, &json)?;
-    let request = weft_hostcalls::Message::request(req);
+    let mut request = weft_hostcalls::Message::request(req);
+    for h in headers {
+        let Some((name, value)) = h.split_once('=') else {
+            bail!("--header `{h}`: write NAME=VALUE");
+        };
+        // As gRPC delivers them: metadata keys are lower-case.
+        request
+            .headers
+            .insert(name.to_ascii_lowercase(), value.to_owned());
+    }
     let resp = weft_ir::wire::json_to_bytes(&method.response, &serde_json::json!({}))?;
     let response = weft_hostcalls::Message::response(resp);
     let elements: Vec<_> = loaded
