@@ -765,6 +765,7 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
         "examples/echo/weft.yaml",
         "examples/go-echo/weft.yaml",
         "examples/planner/weft.yaml",
+        "examples/tenant-quota/weft.yaml",
         "bench/loops/weft.yaml",
     ] {
         let out = weft(&["check", "--config", shipped]);
@@ -959,4 +960,110 @@ fn bench_sets_request_headers() {
     let out = bench_e(&cfg, "20", &["--header", "x-tenant"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stderr(&out).contains("NAME=VALUE"), "{}", stderr(&out));
+}
+
+/// `weft sim` of the tenant-quota example over `trace` (JSON lines), as (outcome, by,
+/// status, message) per RPC.
+fn tenant_quota_sim(config: &Path, trace: &str) -> Vec<(String, String, String, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, trace).unwrap();
+    let out = weft(&[
+        "sim",
+        "--config",
+        config.to_str().unwrap(),
+        "--edge",
+        "checkout->inventory.reserve",
+        "--trace",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| {
+            let j: Json = serde_json::from_str(l).unwrap();
+            let s = |k: &str| j[k].as_str().unwrap_or("").to_owned();
+            (s("outcome"), s("by"), s("status"), s("message"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_tenant_quota_example_keeps_a_bucket_per_tenant_and_bounds_them() {
+    let example = root().join("examples/tenant-quota");
+    let trace = std::fs::read_to_string(example.join("trace.jsonl")).unwrap();
+    let got = tenant_quota_sim(&example.join("weft.yaml"), &trace);
+    let by: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(o, b, ..)| (o.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("rejected", "tenantquota"),
+            ("ok", ""),
+            ("rejected", "tenantquota"),
+            ("rejected", "firewall"),
+            ("ok", ""),
+        ]
+    );
+    assert_eq!(got[4].2, "RESOURCE_EXHAUSTED");
+    assert_eq!(got[4].3, "tenantquota: tenant acme is over its quota");
+    assert_eq!(got[6].2, "UNAUTHENTICATED");
+
+    // With room for one tenant's bucket, every later tenant shares the bucket `*`: one
+    // burst of 2 between them, while the first tenant keeps its own. `anonymous` charges
+    // requests without the header to a tenant instead of refusing them.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        example.join("inventory.proto"),
+        tmp.path().join("inventory.proto"),
+    )
+    .unwrap();
+    let cfg = tmp.path().join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "protos: [inventory.proto]\nelement_paths: [{}]\nedges:\n  checkout->inventory.reserve:\n    from: checkout\n    to: inventory\n    method: inventory.Inventory/Reserve\n    server:\n      - tenantquota: {{rate: 1, burst: 2, max_tenants: 1, anonymous: guest}}\n",
+            example.join("elements").display()
+        ),
+    )
+    .unwrap();
+    let rpc = |id: u32, tenant: &str| {
+        let headers = if tenant.is_empty() {
+            String::new()
+        } else {
+            format!(r#", "headers": {{"x-tenant": "{tenant}"}}"#)
+        };
+        format!(r#"{{"id": {id}, "t": 0.{id:02}{headers}}}"#) + "\n"
+    };
+    let trace: String = [
+        rpc(1, "acme"),
+        rpc(2, "b"),
+        rpc(3, "c"),
+        rpc(4, "d"),
+        rpc(5, "acme"),
+        rpc(6, ""),
+    ]
+    .concat();
+    let got = tenant_quota_sim(&cfg, &trace);
+    let outcomes: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(o, _, _, m)| (o.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("rejected", "tenantquota: tenant * is over its quota"),
+            ("ok", ""),
+            ("rejected", "tenantquota: tenant * is over its quota"),
+        ]
+    );
 }
