@@ -372,6 +372,13 @@ fn in_config(
             format!("{} at {declared}", d.message),
         ),
         ConfigCause::ParamName(name) => (EntryPart::ParamName(name), d.message.clone()),
+        ConfigCause::ParamField(name) => (
+            EntryPart::ParamValue(name),
+            format!(
+                "{}; the element reads parameter `{name}` as a field name at {declared}",
+                d.message
+            ),
+        ),
         ConfigCause::MissingParam(_) => (
             EntryPart::Element,
             format!("{} (declared at {declared})", d.message),

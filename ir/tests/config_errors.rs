@@ -552,3 +552,30 @@ fn a_tab_in_the_yaml_indentation_says_so() {
         "{err}"
     );
 }
+
+/// `firewall: {field: usr}` names a field the method lacks: the mistake is the config's
+/// value, but the error pointed into the element's source (`<std>/firewall.weft:16:36`,
+/// the `field` in `get(rpc, field)`), a file the operator cannot edit and may never have
+/// seen. It points at the value, as a value of the wrong type does, and still says where
+/// the element reads it.
+#[test]
+fn a_field_parameter_the_method_lacks_points_at_the_value_in_the_config() {
+    let err = edge_error("      - firewall: {field: usr, deny: [mallory]}\n");
+    assert!(
+        err.starts_with(
+            "weft.yaml:8:27: error: edge `e`, element `firewall`: `echo.SayRequest` has no field `usr`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n8 |       - firewall: {field: usr, deny: [mallory]}\n  |                           ^^^\n"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `user`?"), "{err}");
+    assert!(
+        err.contains(
+            "the element reads parameter `field` as a field name at <std>/firewall.weft:16:"
+        ),
+        "{err}"
+    );
+}

@@ -6,7 +6,7 @@ use weft_hostcalls::state::CellKind;
 
 use super::*;
 use crate::ast::{self, BinOp};
-use crate::diag::{Span, did_you_mean};
+use crate::diag::{ConfigCause, Span, did_you_mean};
 use crate::schema::{resolve_path, resolve_payload_path};
 use crate::types::Type;
 
@@ -799,6 +799,17 @@ impl Checker<'_> {
         payload: bool,
     ) -> Option<FieldRef> {
         let name = self.expr(arg, Some(&Type::Str));
+        // A field named by a parameter the config set: a name the method lacks is the
+        // config's mistake, and the loader points at its value there.
+        let param = match &arg.kind {
+            ast::ExprKind::Name(n)
+                if self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
+                    && self.params.iter().any(|p| &p.name == n) =>
+            {
+                Some(n.clone())
+            }
+            _ => None,
+        };
         let (text, literal) = match &name.kind {
             ExprKind::Const(Value::Str(s)) => {
                 (s.clone(), matches!(arg.kind, ast::ExprKind::Lit(_)))
@@ -881,6 +892,7 @@ impl Checker<'_> {
                     ),
                 );
                 d.hint = hint;
+                d.config = param.map(ConfigCause::ParamField);
                 None
             }
         }

@@ -560,6 +560,10 @@ fn from_command_line(mut d: Diagnostic) -> Diagnostic {
         Some(ConfigCause::ParamName(name)) => {
             d.message = format!("`--param {name}` names a parameter `init` does not declare");
         }
+        // The caret is on the element's read of it; its hint names a field that exists.
+        Some(ConfigCause::ParamField(name)) => {
+            d.message = format!("{} (from `--param {name}`)", d.message);
+        }
         Some(ConfigCause::MissingParam(name)) => {
             d.hint = Some(format!(
                 "give it with `--param {name}=VALUE`, or give it a default"
