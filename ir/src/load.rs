@@ -119,14 +119,49 @@ pub fn edge_methods(
         None => schema.method(&edge.method).map(|m| vec![m]),
     };
     r.map_err(|e| {
+        // The caret is under the method: the message says what is wrong with it once, and
+        // the hint what the schema has.
+        let (message, hint) = match &e {
+            SchemaError::UnknownMethod {
+                name,
+                suggestion,
+                known,
+            } => (
+                format!("unknown gRPC method `{name}`"),
+                Some(schema_hint(suggestion, known)),
+            ),
+            SchemaError::UnknownService {
+                name,
+                suggestion,
+                known,
+            } => (
+                format!("unknown gRPC service `{}`", name.trim_end_matches("/*")),
+                Some(schema_hint(suggestion, known)),
+            ),
+            e => (format!("method `{}`: {e}", edge.method), None),
+        };
         // No element is at fault: naming one (as `-`) sent the reader looking for it.
         LoadError::Config(config.edge_error(
             &edge.name,
             "method",
-            format!("edge `{}`: method `{}`: {e}", edge.name, edge.method),
-            None,
+            format!("edge `{}`: {message}", edge.name),
+            hint,
         ))
     })
+}
+
+/// "did you mean `x`? the schema defines: a, b, …" for a method or service not in the
+/// schema.
+fn schema_hint(suggestion: &Option<String>, known: &[String]) -> String {
+    let defined = if known.is_empty() {
+        "nothing".to_owned()
+    } else {
+        crate::diag::some_of(known.iter().map(String::as_str), 12)
+    };
+    match suggestion {
+        Some(s) => format!("did you mean `{s}`? the schema defines: {defined}"),
+        None => format!("the schema defines: {defined}"),
+    }
 }
 
 /// The files an element's source may come from, in search order: its explicit `path`, or

@@ -242,9 +242,7 @@ fn an_unknown_method_names_the_edge_and_no_element() {
     assert!(!err.contains("element"), "{err}");
     // At the method's value (line 6, column 13).
     assert!(
-        err.starts_with(
-            "weft.yaml:6:13: error: edge `e`: method `echo.Echo/Sya`: unknown gRPC method"
-        ),
+        err.starts_with("weft.yaml:6:13: error: edge `e`: unknown gRPC method `echo.Echo/Sya`"),
         "{err}"
     );
     assert!(
@@ -576,6 +574,56 @@ fn a_field_parameter_the_method_lacks_points_at_the_value_in_the_config() {
         err.contains(
             "the element reads parameter `field` as a field name at <std>/firewall.weft:16:"
         ),
+        "{err}"
+    );
+}
+
+/// The error named the method twice and put the suggestion and the schema's whole method
+/// list in the message (`method `x.S/Reserv`: unknown gRPC method `x.S/Reserv` (did you
+/// mean …?); the schema defines: …`), where every other config error has a hint line. A
+/// schema of many methods lists a dozen, as other hints do.
+#[test]
+fn an_unknown_method_says_so_once_and_suggests_in_the_hint() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Sya\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", &dir, yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert_eq!(err.matches("echo.Echo/Sya").count(), 2, "{err}"); // message and excerpt
+    assert!(
+        err.contains("error: edge `e`: unknown gRPC method `echo.Echo/Sya`\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "= hint: did you mean `echo.Echo/Say`? the schema defines: echo.Echo/Say, echo.Echo/SayStream"
+        ),
+        "{err}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let methods: String = (0..30)
+        .map(|i| format!("  rpc M{i:02}(R) returns (R);\n"))
+        .collect();
+    std::fs::write(
+        tmp.path().join("big.proto"),
+        format!("syntax = \"proto3\";\npackage big;\nmessage R {{}}\nservice S {{\n{methods}}}\n"),
+    )
+    .unwrap();
+    let yaml = "protos: [big.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: big.S/Nope\n    any: [logging]\n    \n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(err.contains("big.S/M11 and 18 more"), "{err}");
+    assert!(!err.contains("big.S/M12"), "{err}");
+    // A service that is not there, for `pkg.Svc/*`.
+    let yaml = "protos: [big.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: big.T/*\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(
+        err.contains("error: edge `e`: unknown gRPC service `big.T`\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: did you mean `big.S`? the schema defines: big.S"),
         "{err}"
     );
 }
