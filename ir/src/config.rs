@@ -148,6 +148,11 @@ pub enum EntryPart<'a> {
     StateName(&'a str),
     /// The value the entry's `state:` gives a variable.
     StateValue(&'a str),
+    /// The key (`true`) or the value of one entry of the map the entry's `state:` gives a
+    /// variable.
+    StateMapEntry(&'a str, &'a str, bool),
+    /// One item of the list the entry's `state:` gives a variable.
+    StateListItem(&'a str, usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -442,6 +447,16 @@ impl Config {
             EntryPart::ParamValue(name) => (child(&paths.params, name), Part::Value),
             EntryPart::StateName(name) => (child(&paths.state, name), Part::Key),
             EntryPart::StateValue(name) => (child(&paths.state, name), Part::Value),
+            EntryPart::StateMapEntry(name, key, is_key) => {
+                let mut path = child(&paths.state, name);
+                path.push(key.into());
+                (path, if is_key { Part::Key } else { Part::Value })
+            }
+            EntryPart::StateListItem(name, index) => {
+                let mut path = child(&paths.state, name);
+                path.push(index.into());
+                (path, Part::Value)
+            }
         };
         let span = place_span(&self.places, &path, part)?;
         Some(ConfigError::at(&self.text, span, message, hint))

@@ -455,11 +455,40 @@ fn check_config_state<'a>(
                     crate::check::a_or_an(&found)
                 ),
                 None,
-                EntryPart::StateValue(var),
+                state_culprit(var, value, ty).unwrap_or(EntryPart::StateValue(var)),
             ));
         }
     }
     Ok(())
+}
+
+/// The entry or item of a config `state:` collection that does not fit `ty`, when the
+/// config's text can name it (a map's string key, a list's index).
+fn state_culprit<'a>(
+    var: &'a str,
+    value: &'a weft_hostcalls::Value,
+    ty: &crate::types::Type,
+) -> Option<EntryPart<'a>> {
+    use crate::check::coerce_value;
+    use crate::types::Type;
+    use weft_hostcalls::Value;
+    match (value, ty) {
+        (Value::Map(m), Type::Map(kt, vt)) => m.iter().find_map(|(k, v)| {
+            let Value::Str(key) = k else { return None };
+            if coerce_value(k.clone(), kt).is_err() {
+                Some(EntryPart::StateMapEntry(var, key, true))
+            } else if coerce_value(v.clone(), vt).is_err() {
+                Some(EntryPart::StateMapEntry(var, key, false))
+            } else {
+                None
+            }
+        }),
+        (Value::Vec(items), Type::Vec(t)) => items
+            .iter()
+            .position(|i| coerce_value(i.clone(), t).is_err())
+            .map(|i| EntryPart::StateListItem(var, i)),
+        _ => None,
+    }
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.

@@ -627,3 +627,27 @@ fn an_unknown_method_says_so_once_and_suggests_in_the_hint() {
         "{err}"
     );
 }
+
+/// `state: {overrides: {bigcorp: lots}}` for a `Map<string, float>` put a single caret under
+/// the `{` of the whole map; the entry at fault is pointed at.
+#[test]
+fn a_state_entry_of_the_wrong_type_is_pointed_at() {
+    let acl = |state: &str| {
+        format!(
+            "      - element: firewall\n        params: {{field: user, deny: [mallory]}}\n        state: {state}\n"
+        )
+    };
+    let err = edge_error(&acl("{denied: {bob: true, eve: maybe}}"));
+    assert!(
+        err.starts_with("weft.yaml:10:42: error: edge `e`, element `firewall`: `state` gives `denied` a map with a string value"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("\n   | {}^^^^^", " ".repeat(41))),
+        "{err}"
+    );
+    // A list item: `replicas` is a `Vec<string>` in loadbalance.
+    let err =
+        edge_error("      - element: loadbalance\n        state:\n          replicas: [a, b, 3]\n");
+    assert!(err.starts_with("weft.yaml:10:28: error: "), "{err}");
+}
