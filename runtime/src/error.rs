@@ -76,10 +76,9 @@ fn known_services(service: &str, known: &[String]) -> String {
         "; the config lists no edges".to_owned()
     } else {
         let guess = weft_ir::diag::did_you_mean(service, known.iter().map(String::as_str))
-            .map(|g| format!("; {g}"))
-            .unwrap_or_default();
+            .map_or_else(|| ";".to_owned(), |g| format!("; {g}"));
         format!(
-            "{guess}; services in this config: {}",
+            "{guess} services in this config: {}",
             weft_ir::diag::some_of(known.iter().map(String::as_str), weft_ir::config::LISTED)
         )
     }
