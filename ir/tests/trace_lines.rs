@@ -219,3 +219,18 @@ fn a_misspelt_message_field_is_suggested() {
     );
     assert!(message.contains("did you mean `user`?"), "{message}");
 }
+
+/// A trace line for a method of another edge said only that it is not on this one, leaving
+/// the reader to find which methods are.
+#[test]
+fn a_method_not_on_the_edge_lists_the_edges_methods() {
+    let (_, e) = edge("    any: [logging]\n");
+    let message = match run(&e, "{\"id\": 1, \"method\": \"SayStrem\"}\n") {
+        Err(SimError::Trace { line: 1, message }) => message,
+        other => panic!("not refused on line 1: {other:?}"),
+    };
+    assert!(
+        message.contains("method `SayStrem` is not on edge `e`, which covers echo.Echo/Say"),
+        "{message}"
+    );
+}
