@@ -759,12 +759,18 @@ impl Parser<'_> {
                     .enumerate()
                     .map(|(i, e)| self.element(&ctx, &child(&at(key), i), key, i, e))
                     .collect(),
-                Some(_) => Err(self.err_at(
-                    &at(key),
-                    Part::Value,
-                    format!("{ctx}: `{key}` must be a list of elements"),
-                    None,
-                )),
+                Some(v) => {
+                    let hint = match v {
+                        Yaml::String(name) => Some(format!("write `{key}: [{name}]`")),
+                        _ => None,
+                    };
+                    Err(self.err_at(
+                        &at(key),
+                        Part::Value,
+                        format!("{ctx}: `{key}` must be a list of elements"),
+                        hint.as_deref(),
+                    ))
+                }
             }
         };
         let (client, client_paths): (Vec<_>, Vec<_>) = list("client")?.into_iter().unzip();
@@ -989,11 +995,42 @@ impl Parser<'_> {
                 ),
             },
             _ => {
+                // `- ratelimit:` with its parameters on the next lines at its own indentation:
+                // YAML reads them as keys beside the element's name, with no parameters.
+                let beside = match y {
+                    Yaml::Mapping(m) => match m.iter().next() {
+                        Some((k, Yaml::Null)) => {
+                            let name = yaml_key(k);
+                            let rest: Vec<String> = m
+                                .iter()
+                                .skip(1)
+                                .map(|(k, _)| format!("`{}`", yaml_key(k)))
+                                .collect();
+                            let (first, them) = if rest.len() == 1 {
+                                ("is", "it")
+                            } else {
+                                ("are", "them")
+                            };
+                            let listed = match rest.split_last() {
+                                Some((last, init)) if !init.is_empty() => {
+                                    format!("{} and {last}", init.join(", "))
+                                }
+                                _ => rest.join(""),
+                            };
+                            let one = rest.first().map_or("", |r| r.trim_matches('`'));
+                            Some(format!(
+                                "{listed} {first} beside `{name}`, not under it: indent {them} further than `{name}`, or write `- {name}: {{{one}: …}}`"
+                            ))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
                 return Err(self.err_at(
                     entry,
                     Part::Value,
                     format!("{at}: an element is a name, `name: {{params}}`, or a mapping with `element:`"),
-                    Some("e.g. `- ratelimit: {capacity: 100, rate: 10}`"),
+                    Some(beside.as_deref().unwrap_or("e.g. `- ratelimit: {capacity: 100, rate: 10}`")),
                 ));
             }
         };

@@ -651,3 +651,31 @@ fn a_state_entry_of_the_wrong_type_is_pointed_at() {
         edge_error("      - element: loadbalance\n        state:\n          replicas: [a, b, 3]\n");
     assert!(err.starts_with("weft.yaml:10:28: error: "), "{err}");
 }
+
+/// Two YAML slips an operator makes when writing an element list: parameters indented no
+/// further than the element's name (so they are its siblings), and one element where a
+/// list is expected. Both were refused with the general rule only.
+#[test]
+fn parameters_at_the_elements_level_and_a_bare_name_say_how_to_write_them() {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let parse_error = |yaml: &str| {
+        Config::parse("weft.yaml", &dir, yaml)
+            .unwrap_err()
+            .to_string()
+    };
+    let err = parse_error(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - ratelimit:\n        capacity: 5\n        rate: 1\n",
+    );
+    assert!(err.starts_with("weft.yaml:8:9: error: "), "{err}");
+    assert!(
+        err.contains(
+            "= hint: `capacity` and `rate` are beside `ratelimit`, not under it: indent them further than `ratelimit`, or write `- ratelimit: {capacity: …}`"
+        ),
+        "{err}"
+    );
+    let err = parse_error(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: logging\n",
+    );
+    assert!(err.contains("`any` must be a list of elements"), "{err}");
+    assert!(err.contains("= hint: write `any: [logging]`"), "{err}");
+}
