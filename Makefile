@@ -110,9 +110,11 @@ planner-optimality: deps
 	WEFT_OPT_EXACT=100 WEFT_OPT_ANNEAL=100 $(CARGO) test --release -p weft-ir \
 		--test plan_optimality -- --nocapture --test-threads 1
 
-# The Go binding (bindings/go) and its example (examples/go-echo). The generated protobuf code
-# is not committed: go-gen writes it from examples/echo/echo.proto.
+# The Go binding (bindings/go) and its examples (examples/go-echo, examples/tenant-quota). The
+# generated protobuf code is not committed: go-gen writes it from examples/echo/echo.proto and
+# examples/tenant-quota/inventory.proto.
 ECHO_PROTO := examples/echo/echo.proto
+INVENTORY_PROTO := examples/tenant-quota/inventory.proto
 go-gen: deps
 	@for pkg in bindings/go/internal/echopb:github.com/weft-mesh/weft/bindings/go/internal/echopb \
 	            examples/go-echo/echopb:github.com/weft-mesh/weft/examples/go-echo/echopb; do \
@@ -122,6 +124,11 @@ go-gen: deps
 			--go-grpc_out=$$dir --go-grpc_opt=paths=source_relative --go-grpc_opt=Mecho.proto=$$mod \
 			$(ECHO_PROTO) || exit 1; \
 	done
+	@dir=examples/tenant-quota/inventorypb; mod=github.com/weft-mesh/weft/$$dir; mkdir -p $$dir; \
+	PATH="$(GOBIN_DIR):$$PATH" protoc -I examples/tenant-quota \
+		--go_out=$$dir --go_opt=paths=source_relative --go_opt=Minventory.proto=$$mod \
+		--go-grpc_out=$$dir --go-grpc_opt=paths=source_relative --go-grpc_opt=Minventory.proto=$$mod \
+		$(INVENTORY_PROTO)
 
 # Tests link the debug library (build tag weft_debug), built exactly as `make test` builds
 # the workspace so the two share every compiled dependency; the benchmark links the release
@@ -135,6 +142,8 @@ go-test: go-gen
 	# so are handlers that set metadata from several goroutines.
 	cd bindings/go && $(GO) test -race -tags weft_debug -count=1 -run 'Stream|Concurrent' .
 	cd examples/go-echo && $(GO) vet -tags weft_debug ./...
+	cd examples/tenant-quota && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
+	cd examples/tenant-quota && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...
 
 go-bench: go-gen
 	$(CARGO) build --release -p weft-runtime --lib

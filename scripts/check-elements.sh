@@ -9,4 +9,7 @@ cargo build -q --workspace --all-targets
 ./target/debug/weft check --proto examples/echo/echo.proto elements/*.weft bench/loops/elements/*.weft
 ./target/debug/weft sim --config examples/echo/weft.yaml --edge 'frontend->echo' \
     --trace examples/echo/trace.jsonl >/dev/null
+./target/debug/weft check --proto examples/tenant-quota/inventory.proto examples/tenant-quota/elements/*.weft
+./target/debug/weft sim --config examples/tenant-quota/weft.yaml --edge 'checkout->inventory.reserve' \
+    --trace examples/tenant-quota/trace.jsonl >/dev/null
 echo "check-elements: ok"

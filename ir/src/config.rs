@@ -148,6 +148,11 @@ pub enum EntryPart<'a> {
     StateName(&'a str),
     /// The value the entry's `state:` gives a variable.
     StateValue(&'a str),
+    /// The key (`true`) or the value of one entry of the map the entry's `state:` gives a
+    /// variable.
+    StateMapEntry(&'a str, &'a str, bool),
+    /// One item of the list the entry's `state:` gives a variable.
+    StateListItem(&'a str, usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -310,13 +315,25 @@ impl Config {
                 .get(start..)
                 .and_then(|rest| rest.char_indices().nth(l.column().saturating_sub(1)))
                 .map_or(start, |(i, _)| start + i);
+            // The parser says only that a tab "cannot start any token".
+            let indent_has_tab = source.text.get(start..).is_some_and(|rest| {
+                rest.chars()
+                    .take_while(|c| *c == ' ' || *c == '\t')
+                    .any(|c| c == '\t')
+            });
+            let hint = indent_has_tab.then(|| {
+                format!(
+                    "YAML indents with spaces only: line {} starts with a tab",
+                    l.line()
+                )
+            });
             ConfigError {
                 // As the parser says: past the last line, the file ended too soon.
                 location: format!(":{}:{}", l.line(), l.column()),
                 excerpt: (source.line_of(at as u32) == l.line())
                     .then(|| excerpt(&source, Span::new(at, at)))
                     .flatten(),
-                ..ConfigError::new(file, message, None)
+                ..ConfigError::new(file, message, hint)
             }
         })?;
         let places = Places::index(&source);
@@ -430,6 +447,16 @@ impl Config {
             EntryPart::ParamValue(name) => (child(&paths.params, name), Part::Value),
             EntryPart::StateName(name) => (child(&paths.state, name), Part::Key),
             EntryPart::StateValue(name) => (child(&paths.state, name), Part::Value),
+            EntryPart::StateMapEntry(name, key, is_key) => {
+                let mut path = child(&paths.state, name);
+                path.push(key.into());
+                (path, if is_key { Part::Key } else { Part::Value })
+            }
+            EntryPart::StateListItem(name, index) => {
+                let mut path = child(&paths.state, name);
+                path.push(index.into());
+                (path, Part::Value)
+            }
         };
         let span = place_span(&self.places, &path, part)?;
         Some(ConfigError::at(&self.text, span, message, hint))
@@ -455,6 +482,10 @@ impl Config {
     /// (else empty), for errors about it.
     fn as_written(&self, path: &Path) -> (String, String) {
         match path.strip_prefix(&self.dir) {
+            // Relative to the current directory: the entry is already where it led.
+            Ok(entry) if self.dir.as_os_str().is_empty() => {
+                (entry.display().to_string(), String::new())
+            }
             Ok(entry) => (
                 entry.display().to_string(),
                 format!(" ({})", path.display()),
@@ -467,10 +498,19 @@ impl Config {
     pub fn protos_entry_error(&self, index: usize, why: &str) -> ConfigError {
         let (entry, resolved) = self.as_written(&self.protos[index]);
         let message = format!("cannot read the proto file `{entry}`{resolved}: {why}");
-        let hint = Some(format!(
-            "a relative path is resolved against the config's directory, here {}",
-            self.dir.display()
-        ));
+        // A config read as `weft.yaml` has no directory part: its files are relative to
+        // the current directory.
+        let here = if self.dir.as_os_str().is_empty() {
+            "the current directory".to_string()
+        } else {
+            format!("`{}`", self.dir.display())
+        };
+        let mut hint =
+            format!("a relative path is resolved against the config's directory, here {here}");
+        if let Some(better) = similar_file(&self.protos[index], &entry) {
+            hint = format!("{better} {hint}");
+        }
+        let hint = Some(hint);
         // A list's item, or the one string `protos: file.proto`.
         let span = place_span(&self.places, &["protos".into(), index.into()], Part::Value)
             .or_else(|| place_span(&self.places, &["protos".into()], Part::Value));
@@ -719,12 +759,18 @@ impl Parser<'_> {
                     .enumerate()
                     .map(|(i, e)| self.element(&ctx, &child(&at(key), i), key, i, e))
                     .collect(),
-                Some(_) => Err(self.err_at(
-                    &at(key),
-                    Part::Value,
-                    format!("{ctx}: `{key}` must be a list of elements"),
-                    None,
-                )),
+                Some(v) => {
+                    let hint = match v {
+                        Yaml::String(name) => Some(format!("write `{key}: [{name}]`")),
+                        _ => None,
+                    };
+                    Err(self.err_at(
+                        &at(key),
+                        Part::Value,
+                        format!("{ctx}: `{key}` must be a list of elements"),
+                        hint.as_deref(),
+                    ))
+                }
             }
         };
         let (client, client_paths): (Vec<_>, Vec<_>) = list("client")?.into_iter().unzip();
@@ -949,11 +995,42 @@ impl Parser<'_> {
                 ),
             },
             _ => {
+                // `- ratelimit:` with its parameters on the next lines at its own indentation:
+                // YAML reads them as keys beside the element's name, with no parameters.
+                let beside = match y {
+                    Yaml::Mapping(m) => match m.iter().next() {
+                        Some((k, Yaml::Null)) => {
+                            let name = yaml_key(k);
+                            let rest: Vec<String> = m
+                                .iter()
+                                .skip(1)
+                                .map(|(k, _)| format!("`{}`", yaml_key(k)))
+                                .collect();
+                            let (first, them) = if rest.len() == 1 {
+                                ("is", "it")
+                            } else {
+                                ("are", "them")
+                            };
+                            let listed = match rest.split_last() {
+                                Some((last, init)) if !init.is_empty() => {
+                                    format!("{} and {last}", init.join(", "))
+                                }
+                                _ => rest.join(""),
+                            };
+                            let one = rest.first().map_or("", |r| r.trim_matches('`'));
+                            Some(format!(
+                                "{listed} {first} beside `{name}`, not under it: indent {them} further than `{name}`, or write `- {name}: {{{one}: …}}`"
+                            ))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
                 return Err(self.err_at(
                     entry,
                     Part::Value,
                     format!("{at}: an element is a name, `name: {{params}}`, or a mapping with `element:`"),
-                    Some("e.g. `- ratelimit: {capacity: 100, rate: 10}`"),
+                    Some(beside.as_deref().unwrap_or("e.g. `- ratelimit: {capacity: 100, rate: 10}`")),
                 ));
             }
         };
@@ -1148,6 +1225,25 @@ pub fn yaml_value(v: &Yaml) -> Result<Value, String> {
         Yaml::Null => return Err("has no value (null)".into()),
         Yaml::Tagged(t) => yaml_value(&t.value)?,
     })
+}
+
+/// "did you mean `dir/echo.proto`?" for a proto file `path` that is missing (written `entry`)
+/// when its directory holds a `.proto` file of a similar name.
+fn similar_file(path: &Path, entry: &str) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".proto"))
+        .collect();
+    let best = crate::diag::did_you_mean(name, names.iter().map(String::as_str))?;
+    // `did you mean `x`?` for the file name, in the form the entry was written in.
+    let prefix = &entry[..entry.len().saturating_sub(name.len())];
+    Some(best.replacen('`', &format!("`{prefix}"), 1))
 }
 
 #[cfg(test)]

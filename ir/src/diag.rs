@@ -155,6 +155,9 @@ pub enum ConfigCause {
     ParamName(String),
     /// A parameter the entry leaves out, which has no default.
     MissingParam(String),
+    /// The value the entry gives this parameter, which the element reads as a field name
+    /// and the method's message does not have.
+    ParamField(String),
 }
 
 impl Diagnostic {

@@ -119,14 +119,49 @@ pub fn edge_methods(
         None => schema.method(&edge.method).map(|m| vec![m]),
     };
     r.map_err(|e| {
+        // The caret is under the method: the message says what is wrong with it once, and
+        // the hint what the schema has.
+        let (message, hint) = match &e {
+            SchemaError::UnknownMethod {
+                name,
+                suggestion,
+                known,
+            } => (
+                format!("unknown gRPC method `{name}`"),
+                Some(schema_hint(suggestion, known)),
+            ),
+            SchemaError::UnknownService {
+                name,
+                suggestion,
+                known,
+            } => (
+                format!("unknown gRPC service `{}`", name.trim_end_matches("/*")),
+                Some(schema_hint(suggestion, known)),
+            ),
+            e => (format!("method `{}`: {e}", edge.method), None),
+        };
         // No element is at fault: naming one (as `-`) sent the reader looking for it.
         LoadError::Config(config.edge_error(
             &edge.name,
             "method",
-            format!("edge `{}`: method `{}`: {e}", edge.name, edge.method),
-            None,
+            format!("edge `{}`: {message}", edge.name),
+            hint,
         ))
     })
+}
+
+/// "did you mean `x`? the schema defines: a, b, …" for a method or service not in the
+/// schema.
+fn schema_hint(suggestion: &Option<String>, known: &[String]) -> String {
+    let defined = if known.is_empty() {
+        "nothing".to_owned()
+    } else {
+        crate::diag::some_of(known.iter().map(String::as_str), 12)
+    };
+    match suggestion {
+        Some(s) => format!("did you mean `{s}`? the schema defines: {defined}"),
+        None => format!("the schema defines: {defined}"),
+    }
 }
 
 /// The files an element's source may come from, in search order: its explicit `path`, or
@@ -372,6 +407,13 @@ fn in_config(
             format!("{} at {declared}", d.message),
         ),
         ConfigCause::ParamName(name) => (EntryPart::ParamName(name), d.message.clone()),
+        ConfigCause::ParamField(name) => (
+            EntryPart::ParamValue(name),
+            format!(
+                "{}; the element reads parameter `{name}` as a field name at {declared}",
+                d.message
+            ),
+        ),
         ConfigCause::MissingParam(_) => (
             EntryPart::Element,
             format!("{} (declared at {declared})", d.message),
@@ -413,11 +455,40 @@ fn check_config_state<'a>(
                     crate::check::a_or_an(&found)
                 ),
                 None,
-                EntryPart::StateValue(var),
+                state_culprit(var, value, ty).unwrap_or(EntryPart::StateValue(var)),
             ));
         }
     }
     Ok(())
+}
+
+/// The entry or item of a config `state:` collection that does not fit `ty`, when the
+/// config's text can name it (a map's string key, a list's index).
+fn state_culprit<'a>(
+    var: &'a str,
+    value: &'a weft_hostcalls::Value,
+    ty: &crate::types::Type,
+) -> Option<EntryPart<'a>> {
+    use crate::check::coerce_value;
+    use crate::types::Type;
+    use weft_hostcalls::Value;
+    match (value, ty) {
+        (Value::Map(m), Type::Map(kt, vt)) => m.iter().find_map(|(k, v)| {
+            let Value::Str(key) = k else { return None };
+            if coerce_value(k.clone(), kt).is_err() {
+                Some(EntryPart::StateMapEntry(var, key, true))
+            } else if coerce_value(v.clone(), vt).is_err() {
+                Some(EntryPart::StateMapEntry(var, key, false))
+            } else {
+                None
+            }
+        }),
+        (Value::Vec(items), Type::Vec(t)) => items
+            .iter()
+            .position(|i| coerce_value(i.clone(), t).is_err())
+            .map(|i| EntryPart::StateListItem(var, i)),
+        _ => None,
+    }
 }
 
 /// Checking against several methods repeats method-independent diagnostics; keep one each.

@@ -1003,8 +1003,13 @@ impl<'a> Sim<'a> {
             })
             .ok_or_else(|| {
                 line_err(format!(
-                    "method `{}` is not on edge `{}`",
-                    r.method, self.edge.edge.name
+                    "method `{}` is not on edge `{}`, which covers {}",
+                    r.method,
+                    self.edge.edge.name,
+                    crate::diag::some_of(
+                        self.edge.methods.iter().map(|m| m.full_name.as_str()),
+                        crate::config::LISTED
+                    )
                 ))
             })?;
         let method = self.edge.methods[method_pos].clone();

@@ -84,7 +84,7 @@ pub enum WireError {
     TooDeep { offset: usize, limit: usize },
     #[error("field path `{path}` is malformed: {reason}")]
     InvalidPath { path: String, reason: String },
-    #[error("cannot convert JSON to a `{message}`: {reason}")]
+    #[error("cannot convert JSON to `{message}`: {reason}")]
     Json { message: String, reason: String },
     #[error("cannot decode the bytes as a `{message}`: {reason}")]
     Decode { message: String, reason: String },
@@ -1033,12 +1033,26 @@ pub fn json_to_bytes(
 ) -> Result<Vec<u8>, WireError> {
     let msg = DynamicMessage::deserialize(desc.clone(), json).map_err(|e| WireError::Json {
         message: desc.full_name().to_owned(),
-        reason: match json_culprit(desc, json) {
-            Some(path) => format!("field `{path}`: {e}"),
-            None => e.to_string(),
+        reason: match (json_culprit(desc, json), unknown_field_guess(desc, json)) {
+            (Some(path), Some(guess)) => format!("field `{path}`: {e}; {guess}"),
+            (Some(path), None) => format!("field `{path}`: {e}"),
+            (None, _) => e.to_string(),
         },
     })?;
     Ok(msg.encode_to_vec())
+}
+
+/// "did you mean `user`?" for the first key of `json` that names no field of `desc` and is
+/// close to one that does (top level only).
+fn unknown_field_guess(desc: &MessageDescriptor, json: &serde_json::Value) -> Option<String> {
+    let serde_json::Value::Object(fields) = json else {
+        return None;
+    };
+    let names: Vec<String> = desc.fields().map(|f| f.name().to_owned()).collect();
+    fields
+        .keys()
+        .filter(|k| desc.get_field_by_name(k).is_none() && desc.get_field_by_json_name(k).is_none())
+        .find_map(|k| crate::diag::did_you_mean(k, names.iter().map(String::as_str)))
 }
 
 /// The path of the field whose value a failed JSON conversion refused: prost-reflect's

@@ -1028,6 +1028,46 @@ fn each_block_that_goes_on_after_its_end_is_warned_about() {
     );
 }
 
+/// A parameter's value decides which arm runs, but the code after an arm that ends is
+/// still reached with another value: warning about it would tell the author that correct
+/// code is dead (an element that rejects an RPC unless a parameter names a fallback).
+#[test]
+fn code_after_an_arm_a_parameter_takes_is_not_unreachable() {
+    let src = element(
+        "",
+        "init(fallback: string = '')",
+        "tenant = get_rpc_header(rpc, 'x-tenant')\nif tenant == '':\n    if fallback == '':\n        send(err('no tenant', UNAUTHENTICATED), Up)\n    tenant = fallback\nset_rpc_header(rpc, 'x-t', tenant)\nsend(rpc, Down)",
+    );
+    for value in ["", "guest"] {
+        let p = params(&[("fallback", Value::Str(value.into()))]);
+        let c = run(&src, Some(&catalog()), Some(&p));
+        assert!(c.errors().is_empty(), "{}", c.rendered());
+        assert!(
+            !c.warnings()
+                .iter()
+                .any(|w| w.starts_with("unreachable code")),
+            "fallback = {value:?}: {}",
+            c.rendered()
+        );
+    }
+    // Every arm ending still makes what follows unreachable, whatever the parameter.
+    let src = element(
+        "",
+        "init(fallback: string = '')",
+        "if fallback == '':\n    send(err('no tenant', UNAUTHENTICATED), Up)\nelse:\n    send(rpc, Down)\nx = 1",
+    );
+    let c = run(&src, Some(&catalog()), None);
+    assert_eq!(
+        c.warnings()
+            .iter()
+            .filter(|w| w.starts_with("unreachable code"))
+            .count(),
+        1,
+        "{}",
+        c.rendered()
+    );
+}
+
 // ---- lambdas -----------------------------------------------------------------------------
 
 #[test]

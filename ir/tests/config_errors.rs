@@ -242,9 +242,7 @@ fn an_unknown_method_names_the_edge_and_no_element() {
     assert!(!err.contains("element"), "{err}");
     // At the method's value (line 6, column 13).
     assert!(
-        err.starts_with(
-            "weft.yaml:6:13: error: edge `e`: method `echo.Echo/Sya`: unknown gRPC method"
-        ),
+        err.starts_with("weft.yaml:6:13: error: edge `e`: unknown gRPC method `echo.Echo/Sya`"),
         "{err}"
     );
     assert!(
@@ -502,4 +500,182 @@ fn a_value_init_refuses_points_at_the_value() {
     // A value it accepts starts.
     let got = refusals("      - circuitbreaker: {max_pending: 1}\n");
     assert!(got.is_empty(), "{got:?}");
+}
+
+/// A config loaded as `weft.yaml` from the current directory has an empty directory: the
+/// hint said "resolved against the config's directory, here " and stopped, and the entry
+/// was repeated as its own resolution (`inventry.proto` (inventry.proto)). A misspelt name
+/// next to the right file is suggested.
+#[test]
+fn a_missing_proto_next_to_the_config_names_the_directory_and_the_likely_file() {
+    let yaml = "protos: [ecoh.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: [logging]\n";
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    for (base, shown) in [
+        (Path::new(""), "the current directory".to_string()),
+        (dir.as_path(), format!("`{}`", dir.display())),
+    ] {
+        let cfg = Config::parse("weft.yaml", base, yaml).unwrap();
+        let err = load_edge(&cfg, "e").unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "a relative path is resolved against the config's directory, here {shown}"
+            )),
+            "{err}"
+        );
+        if base.as_os_str().is_empty() {
+            assert!(
+                err.contains("cannot read the proto file `ecoh.proto`: "),
+                "{err}"
+            );
+        } else {
+            assert!(err.contains("did you mean `echo.proto`?"), "{err}");
+        }
+    }
+}
+
+/// YAML indents with spaces only; a tab was reported as "found character that cannot start
+/// any token", which does not say what to change.
+#[test]
+fn a_tab_in_the_yaml_indentation_says_so() {
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n\tfrom: a\n";
+    let err = Config::parse("weft.yaml", Path::new("."), yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("weft.yaml:4:1: error: not valid YAML"),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: YAML indents with spaces only: line 4 starts with a tab"),
+        "{err}"
+    );
+}
+
+/// `firewall: {field: usr}` names a field the method lacks: the mistake is the config's
+/// value, but the error pointed into the element's source (`<std>/firewall.weft:16:36`,
+/// the `field` in `get(rpc, field)`), a file the operator cannot edit and may never have
+/// seen. It points at the value, as a value of the wrong type does, and still says where
+/// the element reads it.
+#[test]
+fn a_field_parameter_the_method_lacks_points_at_the_value_in_the_config() {
+    let err = edge_error("      - firewall: {field: usr, deny: [mallory]}\n");
+    assert!(
+        err.starts_with(
+            "weft.yaml:8:27: error: edge `e`, element `firewall`: `echo.SayRequest` has no field `usr`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n8 |       - firewall: {field: usr, deny: [mallory]}\n  |                           ^^^\n"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `user`?"), "{err}");
+    assert!(
+        err.contains(
+            "the element reads parameter `field` as a field name at <std>/firewall.weft:16:"
+        ),
+        "{err}"
+    );
+}
+
+/// The error named the method twice and put the suggestion and the schema's whole method
+/// list in the message (`method `x.S/Reserv`: unknown gRPC method `x.S/Reserv` (did you
+/// mean …?); the schema defines: …`), where every other config error has a hint line. A
+/// schema of many methods lists a dozen, as other hints do.
+#[test]
+fn an_unknown_method_says_so_once_and_suggests_in_the_hint() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/echo");
+    let yaml = "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Sya\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", &dir, yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert_eq!(err.matches("echo.Echo/Sya").count(), 2, "{err}"); // message and excerpt
+    assert!(
+        err.contains("error: edge `e`: unknown gRPC method `echo.Echo/Sya`\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "= hint: did you mean `echo.Echo/Say`? the schema defines: echo.Echo/Say, echo.Echo/SayStream"
+        ),
+        "{err}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let methods: String = (0..30)
+        .map(|i| format!("  rpc M{i:02}(R) returns (R);\n"))
+        .collect();
+    std::fs::write(
+        tmp.path().join("big.proto"),
+        format!("syntax = \"proto3\";\npackage big;\nmessage R {{}}\nservice S {{\n{methods}}}\n"),
+    )
+    .unwrap();
+    let yaml = "protos: [big.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: big.S/Nope\n    any: [logging]\n    \n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(err.contains("big.S/M11 and 18 more"), "{err}");
+    assert!(!err.contains("big.S/M12"), "{err}");
+    // A service that is not there, for `pkg.Svc/*`.
+    let yaml = "protos: [big.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: big.T/*\n    any: [logging]\n";
+    let cfg = Config::parse("weft.yaml", tmp.path(), yaml).unwrap();
+    let err = load_edge(&cfg, "e").unwrap_err().to_string();
+    assert!(
+        err.contains("error: edge `e`: unknown gRPC service `big.T`\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("= hint: did you mean `big.S`? the schema defines: big.S"),
+        "{err}"
+    );
+}
+
+/// `state: {overrides: {bigcorp: lots}}` for a `Map<string, float>` put a single caret under
+/// the `{` of the whole map; the entry at fault is pointed at.
+#[test]
+fn a_state_entry_of_the_wrong_type_is_pointed_at() {
+    let acl = |state: &str| {
+        format!(
+            "      - element: firewall\n        params: {{field: user, deny: [mallory]}}\n        state: {state}\n"
+        )
+    };
+    let err = edge_error(&acl("{denied: {bob: true, eve: maybe}}"));
+    assert!(
+        err.starts_with("weft.yaml:10:42: error: edge `e`, element `firewall`: `state` gives `denied` a map with a string value"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("\n   | {}^^^^^", " ".repeat(41))),
+        "{err}"
+    );
+    // A list item: `replicas` is a `Vec<string>` in loadbalance.
+    let err =
+        edge_error("      - element: loadbalance\n        state:\n          replicas: [a, b, 3]\n");
+    assert!(err.starts_with("weft.yaml:10:28: error: "), "{err}");
+}
+
+/// Two YAML slips an operator makes when writing an element list: parameters indented no
+/// further than the element's name (so they are its siblings), and one element where a
+/// list is expected. Both were refused with the general rule only.
+#[test]
+fn parameters_at_the_elements_level_and_a_bare_name_say_how_to_write_them() {
+    let dir = echo_proto().parent().unwrap().to_path_buf();
+    let parse_error = |yaml: &str| {
+        Config::parse("weft.yaml", &dir, yaml)
+            .unwrap_err()
+            .to_string()
+    };
+    let err = parse_error(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any:\n      - ratelimit:\n        capacity: 5\n        rate: 1\n",
+    );
+    assert!(err.starts_with("weft.yaml:8:9: error: "), "{err}");
+    assert!(
+        err.contains(
+            "= hint: `capacity` and `rate` are beside `ratelimit`, not under it: indent them further than `ratelimit`, or write `- ratelimit: {capacity: …}`"
+        ),
+        "{err}"
+    );
+    let err = parse_error(
+        "protos: [echo.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: echo.Echo/Say\n    any: logging\n",
+    );
+    assert!(err.contains("`any` must be a list of elements"), "{err}");
+    assert!(err.contains("= hint: write `any: [logging]`"), "{err}");
 }

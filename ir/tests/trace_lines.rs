@@ -200,3 +200,37 @@ fn a_field_inside_a_repeated_or_map_message_is_named_by_its_item() {
     let m = message("{\"req\": {\"by_sku\": {\"a\": {\"qty\": 2}, \"b\": {\"qty\": \"two\"}}}}\n");
     assert!(m.contains("field `by_sku[\"b\"].qty`"), "{m}");
 }
+
+/// A misspelt field in a trace's message said only "unrecognized field name 'usr'", as
+/// prost-reflect words it; the trace's keys and the config's names get a suggestion.
+#[test]
+fn a_misspelt_message_field_is_suggested() {
+    let (_, e) = edge("    any: [logging]\n");
+    let message = match run(
+        &e,
+        "{\"id\": 1, \"req\": {\"usr\": \"a\", \"body\": \"b\"}}\n",
+    ) {
+        Err(SimError::Trace { line: 1, message }) => message,
+        other => panic!("not refused on line 1: {other:?}"),
+    };
+    assert!(
+        message.contains("cannot convert JSON to `echo.SayRequest`: field `usr`"),
+        "{message}"
+    );
+    assert!(message.contains("did you mean `user`?"), "{message}");
+}
+
+/// A trace line for a method of another edge said only that it is not on this one, leaving
+/// the reader to find which methods are.
+#[test]
+fn a_method_not_on_the_edge_lists_the_edges_methods() {
+    let (_, e) = edge("    any: [logging]\n");
+    let message = match run(&e, "{\"id\": 1, \"method\": \"SayStrem\"}\n") {
+        Err(SimError::Trace { line: 1, message }) => message,
+        other => panic!("not refused on line 1: {other:?}"),
+    };
+    assert!(
+        message.contains("method `SayStrem` is not on edge `e`, which covers echo.Echo/Say"),
+        "{message}"
+    );
+}

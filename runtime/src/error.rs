@@ -17,7 +17,7 @@ pub enum EngineError {
     /// Elements, protos, methods: the message has every diagnostic with its caret.
     #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("{config}: service `{service}` is neither the `from` nor the `to` of any edge{}", known_services(.known))]
+    #[error("{config}: service `{service}` is neither the `from` nor the `to` of any edge{}", known_services(.service, .known))]
     UnknownService {
         config: String,
         service: String,
@@ -94,12 +94,14 @@ fn unknown_caller(service: &str, method: &str, caller: Option<&str>, callers: &[
     }
 }
 
-fn known_services(known: &[String]) -> String {
+fn known_services(service: &str, known: &[String]) -> String {
     if known.is_empty() {
         "; the config lists no edges".to_owned()
     } else {
+        let guess = weft_ir::diag::did_you_mean(service, known.iter().map(String::as_str))
+            .map_or_else(|| ";".to_owned(), |g| format!("; {g}"));
         format!(
-            "; services in this config: {}",
+            "{guess} services in this config: {}",
             weft_ir::diag::some_of(known.iter().map(String::as_str), weft_ir::config::LISTED)
         )
     }

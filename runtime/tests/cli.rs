@@ -765,6 +765,7 @@ fn check_config_starts_every_element_and_reports_each_refused_parameter() {
         "examples/echo/weft.yaml",
         "examples/go-echo/weft.yaml",
         "examples/planner/weft.yaml",
+        "examples/tenant-quota/weft.yaml",
         "bench/loops/weft.yaml",
     ] {
         let out = weft(&["check", "--config", shipped]);
@@ -869,4 +870,203 @@ fn check_config_warns_of_two_edges_from_one_service_on_one_method_which_runtimes
     }
     // One method of two: nothing else overlaps.
     assert_eq!(err.matches("warning:").count(), 2, "{err}");
+}
+
+/// A mistake in weft.yaml itself (bad YAML, an unknown key) was a fatal error of the tool:
+/// `weft check --config` exited 2, not the 1 it documents for errors, and every command
+/// printed it as `weft: weft.yaml:8:5: error: …`, so the `path:line:col` an editor or a
+/// CI problem matcher looks for at the start of the line was not there.
+#[test]
+fn a_config_that_does_not_parse_is_an_error_of_the_config_located_at_the_line_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad_yaml = echo_config(tmp.path(), "      - ratelimit: {capacity: 5\n");
+    let path = bad_yaml.display().to_string();
+    let out = weft(&["check", "--config", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:9:1: error: not valid YAML")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("no edge was checked"),
+        "{}",
+        stderr(&out)
+    );
+
+    let text = std::fs::read_to_string(&bad_yaml).unwrap();
+    std::fs::write(
+        &bad_yaml,
+        text.replace("      - ratelimit: {capacity: 5\n", "      - metrics\n")
+            .replace("    any:", "    sever: [logging]\n    any:"),
+    )
+    .unwrap();
+    let out = weft(&["check", "--config", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:7:5: error: unknown key `sever`")),
+        "{}",
+        stderr(&out)
+    );
+    // The other commands keep their exit code for bad input, with the place first too.
+    let out = weft(&["plan", "--config", &path]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:7:5: error: unknown key `sever`")),
+        "{}",
+        stderr(&out)
+    );
+    let wrong_type = echo_config(tmp.path(), "      - ratelimit: {capacity: five}\n");
+    // An element's parameter is an error in the edge's elements, as `sim` and `plan` say it
+    // (exit 1); `bench` made it a fatal error of its own.
+    let out = bench_e(&wrong_type, "10", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("weft: 1 error(s) in the elements of edge `e`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).starts_with(&format!("{path}:8:")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An element that reads request metadata (a tenant, a canary flag) could only be timed on
+/// its path for a request without it: `--message` sets the message, and nothing set the
+/// headers, so a quota keyed by a header rejected every RPC of the bench.
+#[test]
+fn bench_sets_request_headers() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("tenant.weft"),
+        "state:\n    pass\ninit():\n    pass\nreq(rpc):\n    if get_rpc_header(rpc, 'x-tenant') == 'acme':\n        send(rpc, Down)\n    send(err('who?', UNAUTHENTICATED), Up)\nresp(rpc):\n    send(rpc, Up)\n",
+    )
+    .unwrap();
+    let cfg = echo_config(tmp.path(), "      - tenant\n");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("element_paths: [.]\n{text}")).unwrap();
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant=acme"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("(20 of 20 reached the server)"),
+        "{}",
+        stdout(&out)
+    );
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant=globex"]);
+    assert!(
+        stdout(&out).contains("tenant rejected 20"),
+        "{}",
+        stdout(&out)
+    );
+    let out = bench_e(&cfg, "20", &["--header", "x-tenant"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("NAME=VALUE"), "{}", stderr(&out));
+}
+
+/// `weft sim` of the tenant-quota example over `trace` (JSON lines), as (outcome, by,
+/// status, message) per RPC.
+fn tenant_quota_sim(config: &Path, trace: &str) -> Vec<(String, String, String, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, trace).unwrap();
+    let out = weft(&[
+        "sim",
+        "--config",
+        config.to_str().unwrap(),
+        "--edge",
+        "checkout->inventory.reserve",
+        "--trace",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| {
+            let j: Json = serde_json::from_str(l).unwrap();
+            let s = |k: &str| j[k].as_str().unwrap_or("").to_owned();
+            (s("outcome"), s("by"), s("status"), s("message"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_tenant_quota_example_keeps_a_bucket_per_tenant_and_bounds_them() {
+    let example = root().join("examples/tenant-quota");
+    let trace = std::fs::read_to_string(example.join("trace.jsonl")).unwrap();
+    let got = tenant_quota_sim(&example.join("weft.yaml"), &trace);
+    let by: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(o, b, ..)| (o.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("rejected", "tenantquota"),
+            ("ok", ""),
+            ("rejected", "tenantquota"),
+            ("rejected", "firewall"),
+            ("ok", ""),
+        ]
+    );
+    assert_eq!(got[4].2, "RESOURCE_EXHAUSTED");
+    assert_eq!(got[4].3, "tenantquota: tenant acme is over its quota");
+    assert_eq!(got[6].2, "UNAUTHENTICATED");
+
+    // With room for one tenant's bucket, every later tenant shares the bucket `*`: one
+    // burst of 2 between them, while the first tenant keeps its own. `anonymous` charges
+    // requests without the header to a tenant instead of refusing them.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        example.join("inventory.proto"),
+        tmp.path().join("inventory.proto"),
+    )
+    .unwrap();
+    let cfg = tmp.path().join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "protos: [inventory.proto]\nelement_paths: [{}]\nedges:\n  checkout->inventory.reserve:\n    from: checkout\n    to: inventory\n    method: inventory.Inventory/Reserve\n    server:\n      - tenantquota: {{rate: 1, burst: 2, max_tenants: 1, anonymous: guest}}\n",
+            example.join("elements").display()
+        ),
+    )
+    .unwrap();
+    let rpc = |id: u32, tenant: &str| {
+        let headers = if tenant.is_empty() {
+            String::new()
+        } else {
+            format!(r#", "headers": {{"x-tenant": "{tenant}"}}"#)
+        };
+        format!(r#"{{"id": {id}, "t": 0.{id:02}{headers}}}"#) + "\n"
+    };
+    let trace: String = [
+        rpc(1, "acme"),
+        rpc(2, "b"),
+        rpc(3, "c"),
+        rpc(4, "d"),
+        rpc(5, "acme"),
+        rpc(6, ""),
+    ]
+    .concat();
+    let got = tenant_quota_sim(&cfg, &trace);
+    let outcomes: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(o, _, _, m)| (o.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("ok", ""),
+            ("ok", ""),
+            ("ok", ""),
+            ("rejected", "tenantquota: tenant * is over its quota"),
+            ("ok", ""),
+            ("rejected", "tenantquota: tenant * is over its quota"),
+        ]
+    );
 }

@@ -225,6 +225,8 @@ fn config_errors_name_the_problem() {
         e.contains("`frontedn`") && e.contains("echo, frontend"),
         "{e}"
     );
+    // A misspelt service is suggested, as a misspelt element or edge is.
+    assert!(e.contains("did you mean `frontend`?"), "{e}");
 
     let yaml = std::fs::read_to_string(examples().join("echo/weft.yaml"))
         .unwrap()

@@ -6,7 +6,7 @@ use weft_hostcalls::state::CellKind;
 
 use super::*;
 use crate::ast::{self, BinOp};
-use crate::diag::{Span, did_you_mean};
+use crate::diag::{ConfigCause, Span, did_you_mean};
 use crate::schema::{resolve_path, resolve_payload_path};
 use crate::types::Type;
 
@@ -654,6 +654,7 @@ impl Checker<'_> {
         let vt = sv.value_type().clone();
         let saved_defined = self.bx().defined.clone();
         let saved_reachable = self.bx().reachable;
+        let saved_live = self.bx().live;
         self.bx().push_scope(true);
         self.check_binder_name(&lambda.params[0]);
         let binder = self.bx().declare_binder(&lambda.params[0].name, vt);
@@ -671,6 +672,7 @@ impl Checker<'_> {
         self.bx().pop_scope();
         self.bx().defined = saved_defined;
         self.bx().reachable = saved_reachable;
+        self.bx().live = saved_live;
         let mut ty = Type::Unit;
         if let Some((first, _)) = cx.returns.first() {
             ty = first.clone();
@@ -797,6 +799,17 @@ impl Checker<'_> {
         payload: bool,
     ) -> Option<FieldRef> {
         let name = self.expr(arg, Some(&Type::Str));
+        // A field named by a parameter the config set: a name the method lacks is the
+        // config's mistake, and the loader points at its value there.
+        let param = match &arg.kind {
+            ast::ExprKind::Name(n)
+                if self.body.as_ref().and_then(|b| b.lookup(n)).is_none()
+                    && self.params.iter().any(|p| &p.name == n) =>
+            {
+                Some(n.clone())
+            }
+            _ => None,
+        };
         let (text, literal) = match &name.kind {
             ExprKind::Const(Value::Str(s)) => {
                 (s.clone(), matches!(arg.kind, ast::ExprKind::Lit(_)))
@@ -879,6 +892,7 @@ impl Checker<'_> {
                     ),
                 );
                 d.hint = hint;
+                d.config = param.map(ConfigCause::ParamField);
                 None
             }
         }

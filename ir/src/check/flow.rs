@@ -43,6 +43,8 @@ impl Checker<'_> {
         };
         let before = self.bx().defined.clone();
         let was_reachable = self.bx().reachable;
+        let was_live = self.bx().live;
+        let mut live_after = false;
         let mut after: Option<HashSet<LocalId>> = None;
         let mut out_arms = Vec::new();
         let mut exhaustive = false;
@@ -81,6 +83,7 @@ impl Checker<'_> {
             };
             self.bx().defined = before.clone();
             self.bx().reachable = was_reachable;
+            self.bx().live = was_live;
             self.bx().push_scope(false);
             if let (Some(b), Some(local)) = (&binder, pattern_binder(&pattern))
                 && let Some(scope) = self.bx().scopes.last_mut()
@@ -96,6 +99,7 @@ impl Checker<'_> {
                 self.dead -= 1;
             }
             self.bx().pop_scope();
+            live_after |= self.bx().live;
             if taken {
                 if self.bx().reachable {
                     let d = self.bx().defined.clone();
@@ -118,6 +122,9 @@ impl Checker<'_> {
             });
         }
         self.bx().reachable = was_reachable && after.is_some();
+        // As if no arm were folded away: what follows is live when some arm goes on past
+        // its end, or no arm matches.
+        self.bx().live = was_live && (live_after || !exhaustive);
         self.bx().defined = after.unwrap_or(before);
         StmtKind::Match {
             scrutinee: s,
@@ -289,6 +296,7 @@ impl Checker<'_> {
         };
         let saved_defined = self.bx().defined.clone();
         let saved_reachable = self.bx().reachable;
+        let saved_live = self.bx().live;
         self.bx().push_scope(true);
         let mut ids = Vec::new();
         for (p, t) in lambda.params.iter().zip(binder_types) {
@@ -307,6 +315,7 @@ impl Checker<'_> {
         // The body may run zero times: nothing it assigns is definitely assigned after it.
         self.bx().defined = saved_defined;
         self.bx().reachable = saved_reachable;
+        self.bx().live = saved_live;
         let binder = if ids.len() == 2 {
             Binder::Pair(ids[0], ids[1])
         } else {

@@ -130,6 +130,11 @@ struct BodyCx {
     defined: HashSet<LocalId>,
     /// Whether the current point can be reached (false after a `send` or `return`).
     reachable: bool,
+    /// Whether the current point can be reached with some value of the parameters:
+    /// `reachable` follows only the arms a constant condition takes, so code after an arm
+    /// that ends is unreachable with these parameters but not with others, and is not
+    /// warned about.
+    live: bool,
     /// Locals first assigned in an arm a constant never takes (see `Checker::name`).
     declared_dead: HashSet<LocalId>,
     msg: Option<LocalId>,
@@ -496,6 +501,7 @@ impl BodyCx {
             }],
             defined: HashSet::new(),
             reachable: true,
+            live: true,
             declared_dead: HashSet::new(),
             msg,
             lambdas: Vec::new(),

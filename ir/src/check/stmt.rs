@@ -71,7 +71,7 @@ impl Checker<'_> {
         // Once per block: each block that goes on past its end has its own warning.
         let mut reported_unreachable = false;
         for s in &b.stmts {
-            if !self.bx().reachable && !reported_unreachable {
+            if !self.bx().live && !reported_unreachable {
                 reported_unreachable = true;
                 self.warn(
                     s.span,
@@ -137,6 +137,7 @@ impl Checker<'_> {
             _ => {}
         }
         self.bx().reachable = false;
+        self.bx().live = false;
         Some(StmtKind::Return(value))
     }
 
@@ -422,6 +423,7 @@ impl Checker<'_> {
         };
         if out.is_none() && ends_handler && self.handler() != Handler::Init {
             self.bx().reachable = false;
+            self.bx().live = false;
         }
         out
     }
@@ -549,6 +551,7 @@ impl Checker<'_> {
             }
         };
         self.bx().reachable = false;
+        self.bx().live = false;
         Some(StmtKind::Send(kind))
     }
 

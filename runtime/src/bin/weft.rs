@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use weft_ir::check::{CheckEnv, check};
-use weft_ir::config::{Config, Observation};
+use weft_ir::config::{Config, ConfigError, Observation};
 use weft_ir::diag::{ConfigCause, Diagnostic, SourceFile, has_errors, render_all};
 use weft_ir::ir::Params;
 use weft_ir::load::{LoadError, LoadedEdge, load_edge, load_edge_with_schema};
@@ -109,6 +109,9 @@ enum Command {
         /// The request as JSON (default `{}`), encoded once with the method's schema.
         #[arg(long)]
         message: Option<String>,
+        /// A request header (gRPC metadata) every timed RPC carries; repeat for more.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
     },
     /// Plan where each element runs: the cheapest order, sides and processors equivalent to
     /// the configured chain, with the segments that get fused and the reasons.
@@ -244,7 +247,8 @@ fn main() -> ExitCode {
             executor,
             n,
             message,
-        } => cmd_bench(&config, &edge, executor, n, message.as_deref()),
+            headers,
+        } => cmd_bench(&config, &edge, executor, n, message.as_deref(), &headers),
         Command::Plan {
             config,
             edge,
@@ -269,8 +273,16 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if closed_pipe(&e) => ExitCode::from(CLOSED_PIPE),
         Err(e) => {
+            // An error about a place in the config starts with that place, as element
+            // diagnostics do, for editors and CI problem matchers that look for it there.
+            let located = e.downcast_ref::<ConfigError>().is_some()
+                || matches!(e.downcast_ref::<LoadError>(), Some(LoadError::Config(_)));
             // Nothing more can be said if stderr itself is gone.
-            let _ = writeln!(std::io::stderr(), "weft: {e:#}");
+            let _ = if located {
+                writeln!(std::io::stderr(), "{e:#}")
+            } else {
+                writeln!(std::io::stderr(), "weft: {e:#}")
+            };
             ExitCode::from(2)
         }
     }
@@ -375,7 +387,16 @@ fn cmd_check(protos: &[PathBuf], method: Option<&str>, files: &[PathBuf]) -> Res
 /// edge can be placed in-process as the runtime places it. All failures are reported, not
 /// only the first.
 fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
-    let cfg = Config::load(config)?;
+    // What is checked does not load: an error found by the check (exit 1), as a broken
+    // element or proto is.
+    let cfg = match Config::load(config) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            errln!("{e}");
+            errln!("weft: the config does not load, so no edge was checked");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let edges: Vec<String> = match edge {
         Some(e) => vec![cfg.edge(e)?.name.clone()],
         None => cfg.edges.iter().map(|e| e.name.clone()).collect(),
@@ -554,6 +575,10 @@ fn from_command_line(mut d: Diagnostic) -> Diagnostic {
         }
         Some(ConfigCause::ParamName(name)) => {
             d.message = format!("`--param {name}` names a parameter `init` does not declare");
+        }
+        // The caret is on the element's read of it; its hint names a field that exists.
+        Some(ConfigCause::ParamField(name)) => {
+            d.message = format!("{} (from `--param {name}`)", d.message);
         }
         Some(ConfigCause::MissingParam(name)) => {
             d.hint = Some(format!(
@@ -857,12 +882,16 @@ fn cmd_bench(
     executor: BenchExecutor,
     n: u64,
     message: Option<&str>,
+    headers: &[String],
 ) -> Result<ExitCode> {
     if n == 0 {
         bail!("--n is the number of RPCs to time: at least 1");
     }
     let cfg = Config::load(config)?;
-    let loaded = load_edge(&cfg, edge)?;
+    let loaded = match load_or_report(&cfg, edge, None)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
     if loaded.elements.is_empty() {
         // The JIT compiles no empty segment; the interpreter's figure alone would only time
         // the harness.
@@ -876,7 +905,16 @@ fn cmd_bench(
     let json: serde_json::Value =
         serde_json::from_str(message.unwrap_or("{}")).context("--message is not JSON")?;
     let req = weft_ir::wire::json_to_bytes(&method.request, &json)?;
-    let request = weft_hostcalls::Message::request(req);
+    let mut request = weft_hostcalls::Message::request(req);
+    for h in headers {
+        let Some((name, value)) = h.split_once('=') else {
+            bail!("--header `{h}`: write NAME=VALUE");
+        };
+        // As gRPC delivers them: metadata keys are lower-case.
+        request
+            .headers
+            .insert(name.to_ascii_lowercase(), value.to_owned());
+    }
     let resp = weft_ir::wire::json_to_bytes(&method.response, &serde_json::json!({}))?;
     let response = weft_hostcalls::Message::response(resp);
     let elements: Vec<_> = loaded
