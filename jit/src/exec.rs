@@ -610,9 +610,10 @@ impl Compiled {
     /// Collects the state block of every element whose code needs one (null otherwise, and
     /// for an instance whose store has none, or one of another layout: it was made by
     /// another executor, or for another element). Only the elements with a block are
-    /// visited: a loop over all of them, branching on whether each has one, cost about 7 ns
-    /// per RPC on the benchmark chain (a third of `round_trip`'s own samples in `perf`),
-    /// most likely in mispredicted branches, for two elements with blocks out of five.
+    /// visited: a loop over all of them, branching on whether each has one, took a third
+    /// of `round_trip`'s own `perf` samples on the benchmark chain (two elements with
+    /// blocks out of five); visiting two took fewer (docs/benchmarks.md, "Records written
+    /// in place").
     #[inline(always)]
     fn collect_blocks(&self, instances: &mut [&mut Instance], out: &mut Vec<*mut u64>) {
         out.clear();
