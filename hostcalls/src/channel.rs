@@ -100,12 +100,24 @@ pub trait ChannelSink {
     fn enabled(&self) -> bool {
         true
     }
+
+    /// The sink itself when it only collects records in a vector, so an emitter behind a
+    /// `dyn ChannelSink` can push where the record stays. Through [`ChannelSink::emit`] a
+    /// record is built on the emitter's stack with narrow stores and copied from there with
+    /// wide loads, which the CPU cannot forward: a stall per record.
+    fn collected(&mut self) -> Option<&mut Vec<ChannelRecord>> {
+        None
+    }
 }
 
 /// Collects records in emit order, for tests and the simulator's reports.
 impl ChannelSink for Vec<ChannelRecord> {
     fn emit(&mut self, record: ChannelRecord) {
         self.push(record);
+    }
+
+    fn collected(&mut self) -> Option<&mut Vec<ChannelRecord>> {
+        Some(self)
     }
 }
 
@@ -116,6 +128,10 @@ impl<S: ChannelSink + ?Sized> ChannelSink for &mut S {
 
     fn enabled(&self) -> bool {
         (**self).enabled()
+    }
+
+    fn collected(&mut self) -> Option<&mut Vec<ChannelRecord>> {
+        (**self).collected()
     }
 }
 

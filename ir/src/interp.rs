@@ -133,6 +133,8 @@ impl Instance {
     /// drop its own block in any of them. The instance keeps the block alive through all of
     /// that (compiled code would otherwise write through a dangling pointer); a store that
     /// changed its block is followed from the next call on. Call it only between calls.
+    // Inline: a compiled call asks it for every element with a block, on every RPC.
+    #[inline]
     pub fn scalar_block(&mut self) -> Option<&ScalarBlock> {
         match self.store.scalar_block() {
             Some(b) if self.block.as_ref().is_some_and(|held| Arc::ptr_eq(held, b)) => {}

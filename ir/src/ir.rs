@@ -84,6 +84,16 @@ impl Element {
         self.record_names.channels.get(channel).copied()
     }
 
+    /// [`Element::record_channel`], borrowed where the element keeps it.
+    pub fn record_channel_ref(&self, channel: ChannelId) -> Option<&Name> {
+        self.record_names.channels.get(channel)
+    }
+
+    /// [`Element::record_element`], borrowed where the element keeps it.
+    pub fn record_element_ref(&self) -> &Name {
+        &self.record_names.element
+    }
+
     pub fn var(&self, name: &str) -> Option<VarId> {
         self.state.iter().position(|v| v.name == name)
     }

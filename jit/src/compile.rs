@@ -45,6 +45,9 @@ pub struct Compiled {
     pub(crate) elements: Vec<Arc<Element>>,
     /// Per element: the layout of the state block its code addresses, if it addresses one.
     pub(crate) blocks: Vec<Option<BlockLayout>>,
+    /// The elements whose code addresses a state block, with its layout: what a call visits
+    /// to collect the blocks, so the loop has one path (`Compiled::collect_blocks`).
+    pub(crate) with_blocks: Vec<(usize, BlockLayout)>,
     /// Where each element's keys start in an RPC's scratch, and where the last one's end
     /// ([`weft_ir::interp::scratch_offsets`]).
     pub(crate) scratch_at: Vec<usize>,
@@ -224,8 +227,13 @@ impl Compiled {
         tables: Tables,
         module: Option<JITModule>,
     ) -> Compiled {
+        let blocks = block_layouts(elements);
+        let with_blocks = (blocks.iter().enumerate())
+            .filter_map(|(k, l)| Some((k, l.clone()?)))
+            .collect();
         Compiled {
-            blocks: block_layouts(elements),
+            blocks,
+            with_blocks,
             scratch_at: weft_ir::interp::scratch_offsets(elements),
             elements: elements.to_vec(),
             parts,

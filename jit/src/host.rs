@@ -1242,17 +1242,6 @@ fn scalar_kind(kind: i64) -> Result<ScalarKind, RuntimeError> {
     ScalarKind::from_i64(kind).ok_or_else(|| RuntimeError::Type(format!("scalar kind {kind}")))
 }
 
-fn int_scalar(kind: i64, v: i64) -> Result<Value, RuntimeError> {
-    let kind = scalar_kind(kind)?;
-    kind.int_value(v).ok_or_else(|| int_register_mismatch(kind))
-}
-
-fn float_scalar(kind: i64, v: f64) -> Result<Value, RuntimeError> {
-    let kind = scalar_kind(kind)?;
-    kind.float_value(v)
-        .ok_or_else(|| float_register_mismatch(kind))
-}
-
 #[cold]
 fn int_register_mismatch(kind: ScalarKind) -> RuntimeError {
     RuntimeError::Type(format!("scalar kind {kind:?} in an integer register"))
@@ -1268,8 +1257,14 @@ extern "C" fn hc_channel_emit_i(f: F, elem: i64, chan: u64, v: i64, kind: i64) {
         if !f.records {
             return Ok(());
         }
-        let v = int_scalar(kind, v)?;
-        record(f, elem, chan, |_| v)
+        // One variant per call of `record`: made inside the record from the register, as
+        // `record` asks, with a tag the compiler knows (no `Value` moved in).
+        match scalar_kind(kind)? {
+            ScalarKind::Bool => record(f, elem, chan, |_| Value::Bool(v != 0)),
+            ScalarKind::Int => record(f, elem, chan, |_| Value::Int(v)),
+            ScalarKind::Uint => record(f, elem, chan, |_| Value::Uint(v as u64)),
+            kind => Err(int_register_mismatch(kind)),
+        }
     })
 }
 
@@ -1278,18 +1273,28 @@ extern "C" fn hc_channel_emit_f(f: F, elem: i64, chan: u64, v: f64, kind: i64) {
         if !f.records {
             return Ok(());
         }
-        let v = float_scalar(kind, v)?;
-        record(f, elem, chan, |_| v)
+        // As in `hc_channel_emit_i`.
+        match scalar_kind(kind)? {
+            ScalarKind::Float => record(f, elem, chan, |_| Value::Float(v)),
+            ScalarKind::Instant => record(f, elem, chan, |_| Value::Instant(v)),
+            kind => Err(float_register_mismatch(kind)),
+        }
     })
 }
 
+// The value is written into the slot variant by variant, not made first and moved there:
+// moved, its tag and payload (two narrow stores) were reread with one wide load, which the
+// CPU cannot forward (a stall per call, seen in `perf annotate`).
 extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
     guard(f, (), |f| {
         let kind = scalar_kind(kind)?;
-        let v = kind
-            .int_value(v)
-            .ok_or_else(|| int_register_mismatch(kind))?;
-        *f.scratch_slot(elem, key)? = Some(v);
+        let slot = f.scratch_slot(elem, key)?;
+        match kind {
+            ScalarKind::Bool => *slot = Some(Value::Bool(v != 0)),
+            ScalarKind::Int => *slot = Some(Value::Int(v)),
+            ScalarKind::Uint => *slot = Some(Value::Uint(v as u64)),
+            _ => return Err(int_register_mismatch(kind)),
+        }
         Ok(())
     })
 }
@@ -1297,10 +1302,12 @@ extern "C" fn hc_metadata_set_i(f: F, elem: i64, key: u64, v: i64, kind: i64) {
 extern "C" fn hc_metadata_set_f(f: F, elem: i64, key: u64, v: f64, kind: i64) {
     guard(f, (), |f| {
         let kind = scalar_kind(kind)?;
-        let v = kind
-            .float_value(v)
-            .ok_or_else(|| float_register_mismatch(kind))?;
-        *f.scratch_slot(elem, key)? = Some(v);
+        let slot = f.scratch_slot(elem, key)?;
+        match kind {
+            ScalarKind::Float => *slot = Some(Value::Float(v)),
+            ScalarKind::Instant => *slot = Some(Value::Instant(v)),
+            _ => return Err(float_register_mismatch(kind)),
+        }
         Ok(())
     })
 }
@@ -1354,30 +1361,46 @@ extern "C" fn hc_state_contains(f: F, elem: i64, var: u64, key: u64) -> u64 {
 }
 
 /// Emits a channel record with the element's interned names; its value is made by `value`
-/// (from the arena) inside the record, so it is built where it stays. Callers ask the sink
-/// first whether it wants records (through the C ABI nothing observes them yet), so nothing
-/// is made or cloned for a sink that does not.
+/// (from the arena, or from a register) inside the record, so it is built where it stays:
+/// a `Value` made before and moved in is copied with wide loads over its narrow stores.
+/// Callers ask the sink first whether it wants records (through the C ABI nothing observes
+/// them yet), so nothing is made or cloned for a sink that does not.
 fn record(
     f: &mut Frame<'_, '_, '_>,
     elem: i64,
     chan: u64,
     value: impl FnOnce(&[Value]) -> Value,
 ) -> Result<(), RuntimeError> {
-    let e = f.element(elem)?;
+    // Copied out of the frame, so the element stays borrowed past the sink's `&mut` below.
+    let elements = f.elements;
+    let e = usize::try_from(elem)
+        .ok()
+        .and_then(|k| elements.get(k))
+        .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))?;
     let channel = usize::try_from(chan)
         .ok()
-        .and_then(|c| e.record_channel(c))
+        .and_then(|c| e.record_channel_ref(c))
         .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
-    let element = e.record_element();
     let time = f.host.clock.now();
-    let rpc_id = f.rpc.id;
-    f.host.channels.emit(ChannelRecord {
-        element,
-        channel,
-        rpc_id,
+    let rpc_id = &f.rpc.id;
+    // The names are read where the element keeps them, not from copies in this frame: a
+    // two-word name copied to the stack with two narrow stores and read back with one wide
+    // load, to be written into the record, stalled (`perf annotate`).
+    let record = |value: Value| ChannelRecord {
+        element: *e.record_element_ref(),
+        channel: *channel,
+        rpc_id: *rpc_id,
         time,
-        value: value(f.arena),
-    });
+        value,
+    };
+    match f.host.channels.collected() {
+        // Made where it stays (`ChannelSink::collected`). A `push` that may grow the vector
+        // makes the record on the stack first (the slot is known only after) and copies it,
+        // which stalled as `emit` did; with room checked first, it is written in place.
+        Some(records) if records.len() < records.capacity() => records.push(record(value(f.arena))),
+        Some(records) => records.push(record(value(f.arena))),
+        None => f.host.channels.emit(record(value(f.arena))),
+    }
     Ok(())
 }
 
