@@ -86,12 +86,29 @@ fn unknown_caller(service: &str, method: &str, caller: Option<&str>, callers: &[
     let from = weft_ir::diag::some_of(quoted.iter().map(String::as_str), weft_ir::config::LISTED);
     match caller {
         Some(caller) => format!(
-            "service `{service}` has no edge from `{caller}` into method `{method}`; edges into it come from {from}"
+            "service `{service}` has no edge from `{}` into method `{method}`; edges into it come from {from}",
+            shown_caller(caller)
         ),
         None => format!(
             "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>`; a caller without Weft must send `weft-version: /<service>` itself"
         ),
     }
+}
+
+/// The bytes of a caller's service a refusal shows: the stamp is the client's to write (up
+/// to grpc-go's 16 MB of headers), and the refusal goes back to it as the status message and
+/// into the server's logs. Longer than any service name a config would hold.
+const CALLER_SHOWN: usize = 64;
+
+/// `caller` as a refusal shows it: cut to [`CALLER_SHOWN`] bytes, saying how long it was,
+/// with control characters escaped.
+fn shown_caller(caller: &str) -> String {
+    let cut = caller.floor_char_boundary(CALLER_SHOWN);
+    let mut shown: String = caller[..cut].escape_debug().collect();
+    if cut < caller.len() {
+        shown.push_str(&format!("… ({} bytes)", caller.len()));
+    }
+    shown
 }
 
 fn known_services(known: &[String]) -> String {

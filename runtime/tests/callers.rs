@@ -321,3 +321,37 @@ fn through_the_c_abi_a_binding_passes_all_metadata_for_a_method_of_several_calle
     // SAFETY: the runtime is live and no call is in flight.
     unsafe { weft_close(rt) };
 }
+
+#[test]
+fn a_refusal_shows_a_hostile_stamps_service_cut_short_and_escaped() {
+    // The stamp is the client's to write; the refusal goes back to it and into logs.
+    let echo = open(&two_callers(), "echo");
+    let huge = format!("/{}", "x".repeat(100_000));
+    for (stamp, shown) in [
+        (
+            huge.as_str(),
+            format!("`{}… (100000 bytes)`", "x".repeat(64)),
+        ),
+        ("/evil\nlog line", "`evil\\nlog line`".to_owned()),
+        ("0123456789abcdef/web/x", "`web/x`".to_owned()),
+        ("/", "``".to_owned()),
+    ] {
+        let mut md = Metadata::new();
+        md.insert(STAMP.into(), stamp.to_owned());
+        let out = serve(&echo, md, "alice");
+        let (code, message) = rejected(&out).expect("refused");
+        assert_eq!(code, Code::PermissionDenied);
+        assert!(
+            message.contains(&format!("no edge from {shown}")),
+            "{message:.300}"
+        );
+        assert!(message.len() < 400, "{} bytes", message.len());
+    }
+    // A service name cut at 64 bytes keeps whole characters.
+    let e = echo
+        .prepare(Side::Server, METHOD, Some(&format!("/x{}", "é".repeat(40))))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("(81 bytes)"), "{e}");
+    assert_eq!(echo.rpc_counters().unknown_callers, 4);
+}
