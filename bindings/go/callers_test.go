@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
 )
 
@@ -75,5 +76,22 @@ func TestEachCallerRunsTheEdgeFromItsService(t *testing.T) {
 	wantCode(t, err, codes.PermissionDenied, "does not say which service it comes from")
 	if n := srt.Counters().UnknownCallers; n != 1 {
 		t.Fatalf("UnknownCallers = %d, want 1", n)
+	}
+}
+
+// TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens: its stamp, a header value,
+// would carry a name grpc-go refuses to send, failing every call it makes; the runtime says
+// so when it opens instead.
+func TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens(t *testing.T) {
+	config := strings.ReplaceAll(twoCallers, "cart", "café")
+	if _, err := weft.OpenYAML(config, echoDir, "café"); err == nil || !strings.Contains(err.Error(), "printable ASCII") {
+		t.Fatalf("OpenYAML as café: %v", err)
+	}
+	// Serving it is fine: a server sends no stamp.
+	srt := open(t, config, "echo")
+	_, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	_, err := dial(t, addr, open(t, config, "web").DialOptions()...).Say(ctx(t), &echopb.SayRequest{User: "alice"})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

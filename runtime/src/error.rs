@@ -23,6 +23,12 @@ pub enum EngineError {
         service: String,
         known: Vec<String>,
     },
+    /// The service calls others, so it names itself in each call's stamp, a header value.
+    #[error(
+        "service `{}` is the `from` of an edge, so it names itself in each call's `weft-version` header, where gRPC allows only printable ASCII: name the service in printable ASCII",
+        .service.escape_debug()
+    )]
+    ServiceName { service: String },
     #[error("edge `{edge}`: {error}")]
     Plan { edge: String, error: PlanError },
     #[error(

@@ -355,3 +355,28 @@ fn a_refusal_shows_a_hostile_stamps_service_cut_short_and_escaped() {
     assert!(e.to_string().contains("(81 bytes)"), "{e}");
     assert_eq!(echo.rpc_counters().unknown_callers, 4);
 }
+
+#[test]
+fn a_calling_service_whose_name_cannot_ride_in_a_header_is_refused_when_it_opens() {
+    // grpc-go refuses to send a header value that is not printable ASCII, and a client's
+    // stamp carries its service: every call would fail. A service that only serves sends
+    // no stamp.
+    let yaml = two_callers()
+        .replace("cart->echo", "café->echo")
+        .replace("from: cart", "from: café");
+    let e = Engine::open_yaml(&yaml, examples().join("echo"), "café", options())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, EngineError::ServiceName { service } if service == "café"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("printable ASCII"), "{e}");
+    let echo = open(&yaml, "echo");
+    let mut md = Metadata::new();
+    md.insert(STAMP.into(), "/café".into());
+    assert!(
+        rejected(&serve(&echo, md, "mallory")).is_none(),
+        "café's edge"
+    );
+}
