@@ -357,6 +357,52 @@ fn a_refusal_shows_a_hostile_stamps_service_cut_short_and_escaped() {
 }
 
 #[test]
+fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
+    // A client stamps only calls it has an edge for: `cart` on the config before its edge
+    // sends nothing, and a server on the new config refuses it (docs/config.md, "Rollouts").
+    // `cart` runs Weft for another edge, but has none into `echo.Echo/Say` yet.
+    let before = format!(
+        "{}  cart->web:\n    from: cart\n    to: web\n    method: echo.Echo/SayStream\n    client:\n      - metrics\n",
+        web_only()
+    );
+    let cart_before = open(&before, "cart");
+    let e = cart_before
+        .process_request(
+            Side::Client,
+            METHOD,
+            Metadata::new(),
+            two_strings("mallory", "hi"),
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(e, EngineError::NoEdge { .. }), "{e:?}");
+    let echo_after = open(&two_callers(), "echo");
+    let (code, _) = rejected(&serve(&echo_after, Metadata::new(), "mallory")).expect("refused");
+    assert_eq!(code, Code::PermissionDenied);
+
+    // The other order: `cart` has its edge first and names itself; the server on the config
+    // before runs the one edge for it, as it did for its unstamped requests.
+    let cart_after = open(&two_callers(), "cart");
+    let echo_before = open(&web_only(), "echo");
+    let (code, _) = rejected(&serve(
+        &echo_before,
+        sent_by(&cart_after, "mallory"),
+        "mallory",
+    ))
+    .expect("web's firewall, the only edge");
+    assert_eq!(code, Code::PermissionDenied);
+    // Both on the new config: cart's own edge.
+    assert!(
+        rejected(&serve(
+            &echo_after,
+            sent_by(&cart_after, "mallory"),
+            "mallory"
+        ))
+        .is_none()
+    );
+}
+
+#[test]
 fn a_calling_service_whose_name_cannot_ride_in_a_header_is_refused_when_it_opens() {
     // grpc-go refuses to send a header value that is not printable ASCII, and a client's
     // stamp carries its service: every call would fail. A service that only serves sends
