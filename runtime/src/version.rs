@@ -795,9 +795,7 @@ pub(crate) fn build(
     // A client names its service in every call's stamp, a header value, and grpc-go refuses
     // to send a call whose header values are not printable ASCII: every call of every edge
     // from this service would fail, each with INTERNAL. Said once, here.
-    if mine.iter().any(|e| e.from == service)
-        && !service.bytes().all(|b| (0x20..=0x7e).contains(&b))
-    {
+    if mine.iter().any(|e| e.from == service) && !crate::engine::fits_a_stamp(service) {
         return Err(EngineError::ServiceName {
             service: service.to_owned(),
         });
