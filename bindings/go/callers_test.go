@@ -220,3 +220,54 @@ func TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A second caller's edge added by a reload, then taken away again, on a method whose one
+// edge's request path could wait (metrics): with several callers the binding passes every
+// key and runs the request path first, so the firewall of frontend's edge stops mallory
+// before the handler and a caller without Weft is refused; with one edge again, everyone
+// runs it.
+func TestAReloadBetweenOneAndSeveralCallersOfADeferredMethod(t *testing.T) {
+	one := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	several := edge("echo.Echo/Say", "    server:\n      - metrics\n      - firewall: {field: user, deny: [mallory]}\n") +
+		"  cart->echo:\n    from: cart\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n"
+	// frontend's first RPC is deferred; the server reloads during its handler, so its
+	// request path runs late, in the version of several callers: mallory is refused after
+	// the handler ran (docs/go.md, "Deferred request paths").
+	frontend, impl := reloadDuringFirstHandler(t, one, several, echoDir)
+	_, err := frontend.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1", n)
+	}
+	// The client is a version behind; its stamp still names frontend.
+	_, err = frontend.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1: mallory's request reached the handler", n)
+	}
+	if _, err := frontend.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	cart := dial(t, impl.addr, open(t, several, "cart").DialOptions()...)
+	if _, err := cart.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"}); err != nil {
+		t.Fatalf("cart's edge has no firewall: %v", err)
+	}
+	plain := dial(t, impl.addr)
+	_, err = plain.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "does not say which service")
+	if n := impl.calls.Load(); n != 3 {
+		t.Fatalf("handler calls: %d, want 3", n)
+	}
+
+	if err := impl.rt.ReloadYAML(one, echoDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []echopb.EchoClient{plain, cart, frontend} {
+		if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"}); err != nil {
+			t.Fatalf("one edge again, without a firewall: %v", err)
+		}
+	}
+	if n := impl.rt.Counters().UnknownCallers; n != 1 {
+		t.Fatalf("UnknownCallers = %d, want 1", n)
+	}
+}
