@@ -377,8 +377,13 @@ fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
         .unwrap();
     assert!(matches!(e, EngineError::NoEdge { .. }), "{e:?}");
     let echo_after = open(&two_callers(), "echo");
-    let (code, _) = rejected(&serve(&echo_after, Metadata::new(), "mallory")).expect("refused");
+    let out = serve(&echo_after, Metadata::new(), "mallory");
+    let (code, message) = rejected(&out).expect("refused");
     assert_eq!(code, Code::PermissionDenied);
+    assert!(
+        message.contains("only on calls its config gives it an edge for"),
+        "the refusal says why a Weft caller may send no stamp: {message}"
+    );
 
     // The other order: `cart` has its edge first and names itself; the server on the config
     // before runs the one edge for it, as it did for its unstamped requests.
