@@ -7,7 +7,7 @@
 #
 # Installs what fuzzing needs when missing: the nightly toolchain (rustup) and cargo-fuzz.
 # Corpora grow in fuzz/corpus/<target> (not committed); `frontend` is seeded from the
-# standard elements and fuzz/seeds/frontend. Reproduce a finding with
+# standard elements and fuzz/seeds/frontend, `c_abi` from fuzz/seeds/c_abi. Reproduce a finding with
 #   cd fuzz && cargo +nightly fuzz run <target> artifacts/<target>/<file>
 # `c_abi` keeps runtimes open between inputs; if a finding does not replay alone, rerun the
 # fuzzer with WEFT_FUZZ_FRESH=1 (a runtime per input) to find one that does.
@@ -50,8 +50,10 @@ flags=(--sanitizer=none --debug-assertions)
 # Build once up front, so the time budget is spent fuzzing, not compiling.
 cargo +nightly fuzz build "${flags[@]}"
 
-mkdir -p corpus/frontend
+mkdir -p corpus/frontend corpus/c_abi
 cp ../elements/*.weft seeds/frontend/*.weft corpus/frontend/
+# Inputs that once found a bug, kept so a change that brings it back is found at once.
+cp seeds/c_abi/* corpus/c_abi/
 
 # Input size caps: element files are small; the generator's input is a list of choices.
 declare -A max_len=([frontend]=8192 [generated]=4096 [jit_vs_interp]=4096 [c_abi]=2048)

@@ -1,11 +1,18 @@
 package weft_test
 
 import (
+	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	weft "github.com/weft-mesh/weft/bindings/go"
 	"github.com/weft-mesh/weft/bindings/go/internal/echopb"
 )
 
@@ -74,6 +81,193 @@ func TestEachCallerRunsTheEdgeFromItsService(t *testing.T) {
 	_, err = plain.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "no weft here"})
 	wantCode(t, err, codes.PermissionDenied, "does not say which service it comes from")
 	if n := srt.Counters().UnknownCallers; n != 1 {
+		t.Fatalf("UnknownCallers = %d, want 1", n)
+	}
+}
+
+// TestEveryStreamKindRunsTheCallersEdgeOnEachMessage opens client-streaming and
+// server-streaming calls (the bidirectional kind is above) from both callers: each message
+// after the first runs the edge of the service the stream's stamp names, also after the
+// caller's runtime reloads mid-stream.
+func TestEveryStreamKindRunsTheCallersEdgeOnEachMessage(t *testing.T) {
+	srt := open(t, twoCallers, "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	for _, kind := range []struct {
+		name string
+		desc grpc.StreamDesc
+	}{{"client-streaming", grpc.StreamDesc{ClientStreams: true}}, {"server-streaming", grpc.StreamDesc{ServerStreams: true}}} {
+		for _, caller := range []struct {
+			service string
+			denied  bool
+		}{{"web", true}, {"cart", false}} {
+			name := kind.name + "/" + caller.service
+			crt := open(t, twoCallers, caller.service)
+			cs := openSayStream(t, dialConn(t, addr, crt.DialOptions()...), kind.desc)
+			users := []string{"alice", "mallory"}
+			if !kind.desc.ClientStreams {
+				users = users[1:]
+			}
+			for i, user := range users {
+				if i == 1 {
+					// The stream keeps the stamp it opened with; the caller's service is
+					// the same in every version.
+					if err := crt.ReloadYAML(strings.Replace(twoCallers, "- metrics", "- metrics\n      - logging", 1), echoDir); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := cs.SendMsg(&echopb.SayRequest{User: user, Body: user}); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			if err := cs.CloseSend(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var last error
+			for {
+				var reply echopb.SayReply
+				if err := cs.RecvMsg(&reply); err != nil {
+					if err != io.EOF {
+						last = err
+					}
+					break
+				}
+			}
+			if caller.denied {
+				wantCode(t, last, codes.PermissionDenied, "acl")
+				continue
+			}
+			// The echo handler answers each message, which a client-streaming call takes
+			// for one reply too many once mallory's has reached it.
+			if st, _ := status.FromError(last); last != nil && !(kind.desc.ClientStreams && strings.Contains(st.Message(), "cardinality")) {
+				t.Fatalf("%s: cart's edge has no firewall: %v", name, last)
+			}
+			if req, _ := srv.lastRequest(); req.GetUser() != "mallory" {
+				t.Fatalf("%s: mallory's message did not reach the handler: %v", name, req)
+			}
+		}
+	}
+	if n := srt.Counters().UnknownCallers; n != 0 {
+		t.Fatalf("UnknownCallers = %d, want 0", n)
+	}
+}
+
+// proxy serves echo.Echo by calling the next hop with the metadata it received, as an
+// application passing on its caller's headers does.
+type proxy struct {
+	echopb.UnimplementedEchoServer
+	next echopb.EchoClient
+}
+
+func (p *proxy) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return p.next.Say(metadata.NewOutgoingContext(ctx, md), req)
+}
+
+// TestAProxyPassingOnItsCallersMetadataIsNamedAsItself: cart serves front's calls of
+// echo.Echo/Say and makes its own, to echo, copying the request's metadata (front's stamp
+// among it) onto them. Its Weft client restamps with its own service, so echo runs cart's
+// edge; front's stamp would name no caller echo has an edge from.
+func TestAProxyPassingOnItsCallersMetadataIsNamedAsItself(t *testing.T) {
+	const config = twoCallers + `  front->cart:
+    from: front
+    to: cart
+    method: echo.Echo/Say
+    server:
+      - metrics
+`
+	srt := open(t, config, "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	cartRT := open(t, config, "cart")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cartSrv := grpc.NewServer(cartRT.ServerOptions()...)
+	echopb.RegisterEchoServer(cartSrv, &proxy{next: dial(t, addr, cartRT.DialOptions()...)})
+	go func() { _ = cartSrv.Serve(lis) }()
+	t.Cleanup(cartSrv.Stop)
+	front := dial(t, lis.Addr().String(), open(t, config, "front").DialOptions()...)
+
+	r, err := front.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "via cart"})
+	if err != nil || r.GetBody() != "via cart" {
+		t.Fatalf("echo should run cart's edge on cart's call: %v %v", r, err)
+	}
+	_, md := srv.lastRequest()
+	if stamps := md.Get("weft-version"); len(stamps) != 1 || !strings.HasSuffix(stamps[0], "/cart") {
+		t.Fatalf("echo should see one stamp naming cart: %v", stamps)
+	}
+	if n := srt.Counters().UnknownCallers; n != 0 {
+		t.Fatalf("UnknownCallers = %d, want 0", n)
+	}
+	// Straight from web, web's firewall applies.
+	_, err = dial(t, addr, open(t, config, "web").DialOptions()...).Say(ctx(t), &echopb.SayRequest{User: "mallory"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+}
+
+// TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens: its stamp, a header value,
+// would carry a name grpc-go refuses to send, failing every call it makes; the runtime says
+// so when it opens instead.
+func TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens(t *testing.T) {
+	config := strings.ReplaceAll(twoCallers, "cart", "café")
+	if _, err := weft.OpenYAML(config, echoDir, "café"); err == nil || !strings.Contains(err.Error(), "printable ASCII") {
+		t.Fatalf("OpenYAML as café: %v", err)
+	}
+	// Serving it is fine: a server sends no stamp.
+	srt := open(t, config, "echo")
+	_, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	_, err := dial(t, addr, open(t, config, "web").DialOptions()...).Say(ctx(t), &echopb.SayRequest{User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A second caller's edge added by a reload, then taken away again, on a method whose one
+// edge's request path could wait (metrics): with several callers the binding passes every
+// key and runs the request path first, so the firewall of frontend's edge stops mallory
+// before the handler and a caller without Weft is refused; with one edge again, everyone
+// runs it.
+func TestAReloadBetweenOneAndSeveralCallersOfADeferredMethod(t *testing.T) {
+	one := edge("echo.Echo/Say", "    server:\n      - metrics\n")
+	several := edge("echo.Echo/Say", "    server:\n      - metrics\n      - firewall: {field: user, deny: [mallory]}\n") +
+		"  cart->echo:\n    from: cart\n    to: echo\n    method: echo.Echo/Say\n    server:\n      - metrics\n"
+	// frontend's first RPC is deferred; the server reloads during its handler, so its
+	// request path runs late, in the version of several callers: mallory is refused after
+	// the handler ran (docs/go.md, "Deferred request paths").
+	frontend, impl := reloadDuringFirstHandler(t, one, several, echoDir)
+	_, err := frontend.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1", n)
+	}
+	// The client is a version behind; its stamp still names frontend.
+	_, err = frontend.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1: mallory's request reached the handler", n)
+	}
+	if _, err := frontend.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	cart := dial(t, impl.addr, open(t, several, "cart").DialOptions()...)
+	if _, err := cart.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"}); err != nil {
+		t.Fatalf("cart's edge has no firewall: %v", err)
+	}
+	plain := dial(t, impl.addr)
+	_, err = plain.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "hi"})
+	wantCode(t, err, codes.PermissionDenied, "does not say which service")
+	if n := impl.calls.Load(); n != 3 {
+		t.Fatalf("handler calls: %d, want 3", n)
+	}
+
+	if err := impl.rt.ReloadYAML(one, echoDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []echopb.EchoClient{plain, cart, frontend} {
+		if _, err := c.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "hi"}); err != nil {
+			t.Fatalf("one edge again, without a firewall: %v", err)
+		}
+	}
+	if n := impl.rt.Counters().UnknownCallers; n != 1 {
 		t.Fatalf("UnknownCallers = %d, want 1", n)
 	}
 }

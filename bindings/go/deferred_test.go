@@ -21,6 +21,9 @@ type slowEcho struct {
 	during   func()
 	calls    atomic.Int64
 	servedBy string
+	// rt and addr: the server's runtime and address, as reloadDuringFirstHandler made them.
+	rt   *weft.Runtime
+	addr string
 }
 
 func (e *slowEcho) Say(_ context.Context, req *echopb.SayRequest) (*echopb.SayReply, error) {
@@ -98,7 +101,7 @@ func reloadDuringFirstHandler(t *testing.T, from, to, baseDir string) (echopb.Ec
 	t.Helper()
 	srt := open(t, from, "echo")
 	crt := open(t, from, "frontend")
-	impl := &slowEcho{servedBy: "echo-7"}
+	impl := &slowEcho{servedBy: "echo-7", rt: srt}
 	impl.during = func() {
 		if impl.calls.Load() == 1 {
 			if err := srt.ReloadYAML(to, baseDir); err != nil {
@@ -106,7 +109,8 @@ func reloadDuringFirstHandler(t *testing.T, from, to, baseDir string) (echopb.Ec
 			}
 		}
 	}
-	return dial(t, serveSlow(t, impl, srt.ServerOptions()...), crt.DialOptions()...), impl
+	impl.addr = serveSlow(t, impl, srt.ServerOptions()...)
+	return dial(t, impl.addr, crt.DialOptions()...), impl
 }
 
 // A reload during a deferred RPC's handler to a version whose request path cannot wait: the

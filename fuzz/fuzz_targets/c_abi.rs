@@ -220,7 +220,9 @@ const INVALID: [&str; 7] = [
     "protos: [echo.proto]\nedges:\n  svc->up:\n    from: svc\n    to: up\n    method: echo.Echo/Say\n    client:\n      - ratelimit: {capacity: 0.5}\n",
     "protos: [missing.proto]\nedges:\n  svc->up:\n    from: svc\n    to: up\n    method: echo.Echo/Say\n    client:\n      - logging\n",
     "protos: [echo.proto]\nedges:\n  svc->up:\n    from: svc\n    to: up\n    method: echo.Echo/Nope\n    client:\n      - logging\n",
-    "protos: [echo.proto]\nedges:\n  a->svc:\n    from: a\n    to: svc\n    method: echo.Echo/Say\n    server:\n      - metrics\n  b->svc:\n    from: b\n    to: svc\n    method: echo.Echo/Say\n    server:\n      - metrics\n",
+    // Two edges from one service into one method: edges from two services (`a`, `b`) are
+    // a valid config since the stamp names the caller.
+    "protos: [echo.proto]\nedges:\n  a->svc:\n    from: a\n    to: svc\n    method: echo.Echo/Say\n    server:\n      - metrics\n  again:\n    from: a\n    to: svc\n    method: echo.Echo/Say\n    server:\n      - metrics\n",
 ];
 
 fn base_dir() -> &'static CStr {

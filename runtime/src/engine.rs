@@ -82,6 +82,13 @@ pub fn split_stamp(stamp: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// Whether `service` can be named in a stamp: a header value, which grpc-go sends only as
+/// printable ASCII. A runtime whose service is the `from` of an edge refuses to open
+/// otherwise (`EngineError::ServiceName`), and `weft check --config` warns.
+pub fn fits_a_stamp(service: &str) -> bool {
+    service.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
 /// A call's input message, filled in by `fill` from a cleared one: this thread's spare when
 /// there is one. With a `stamp` (a client's `<digest>/<service>`) the message carries it as
 /// `weft-version` after `fill`; the result says whether it had to be added, that is, whether

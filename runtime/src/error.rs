@@ -23,6 +23,12 @@ pub enum EngineError {
         service: String,
         known: Vec<String>,
     },
+    /// The service calls others, so it names itself in each call's stamp, a header value.
+    #[error(
+        "service `{}` is the `from` of an edge, so it names itself in each call's `weft-version` header, where gRPC allows only printable ASCII: name the service in printable ASCII",
+        .service.escape_debug()
+    )]
+    ServiceName { service: String },
     #[error("edge `{edge}`: {error}")]
     Plan { edge: String, error: PlanError },
     #[error(
@@ -86,12 +92,29 @@ fn unknown_caller(service: &str, method: &str, caller: Option<&str>, callers: &[
     let from = weft_ir::diag::some_of(quoted.iter().map(String::as_str), weft_ir::config::LISTED);
     match caller {
         Some(caller) => format!(
-            "service `{service}` has no edge from `{caller}` into method `{method}`; edges into it come from {from}"
+            "service `{service}` has no edge from `{}` into method `{method}`; edges into it come from {from}",
+            shown_caller(caller)
         ),
         None => format!(
-            "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>`; a caller without Weft must send `weft-version: /<service>` itself"
+            "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>` only on calls its config gives it an edge for (a caller's runtime without the config that adds its edge sends none); a caller without Weft must send `weft-version: /<service>` itself"
         ),
     }
+}
+
+/// The bytes of a caller's service a refusal shows: the stamp is the client's to write (up
+/// to grpc-go's 16 MB of headers), and the refusal goes back to it as the status message and
+/// into the server's logs. Longer than any service name a config would hold.
+const CALLER_SHOWN: usize = 64;
+
+/// `caller` as a refusal shows it: cut to [`CALLER_SHOWN`] bytes, saying how long it was,
+/// with control characters escaped.
+fn shown_caller(caller: &str) -> String {
+    let cut = caller.floor_char_boundary(CALLER_SHOWN);
+    let mut shown: String = caller[..cut].escape_debug().collect();
+    if cut < caller.len() {
+        shown.push_str(&format!("… ({} bytes)", caller.len()));
+    }
+    shown
 }
 
 fn known_services(service: &str, known: &[String]) -> String {

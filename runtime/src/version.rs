@@ -792,6 +792,14 @@ pub(crate) fn build(
             known,
         });
     }
+    // A client names its service in every call's stamp, a header value, and grpc-go refuses
+    // to send a call whose header values are not printable ASCII: every call of every edge
+    // from this service would fail, each with INTERNAL. Said once, here.
+    if mine.iter().any(|e| e.from == service) && !crate::engine::fits_a_stamp(service) {
+        return Err(EngineError::ServiceName {
+            service: service.to_owned(),
+        });
+    }
     // Weak replicas are not merged across processes yet (docs/engine.md): no merge logs.
     let shared = SharedState::unmerged();
     let mut version = Version {

@@ -321,3 +321,113 @@ fn through_the_c_abi_a_binding_passes_all_metadata_for_a_method_of_several_calle
     // SAFETY: the runtime is live and no call is in flight.
     unsafe { weft_close(rt) };
 }
+
+#[test]
+fn a_refusal_shows_a_hostile_stamps_service_cut_short_and_escaped() {
+    // The stamp is the client's to write; the refusal goes back to it and into logs.
+    let echo = open(&two_callers(), "echo");
+    let huge = format!("/{}", "x".repeat(100_000));
+    for (stamp, shown) in [
+        (
+            huge.as_str(),
+            format!("`{}… (100000 bytes)`", "x".repeat(64)),
+        ),
+        ("/evil\nlog line", "`evil\\nlog line`".to_owned()),
+        ("0123456789abcdef/web/x", "`web/x`".to_owned()),
+        ("/", "``".to_owned()),
+    ] {
+        let mut md = Metadata::new();
+        md.insert(STAMP.into(), stamp.to_owned());
+        let out = serve(&echo, md, "alice");
+        let (code, message) = rejected(&out).expect("refused");
+        assert_eq!(code, Code::PermissionDenied);
+        assert!(
+            message.contains(&format!("no edge from {shown}")),
+            "{message:.300}"
+        );
+        assert!(message.len() < 400, "{} bytes", message.len());
+    }
+    // A service name cut at 64 bytes keeps whole characters.
+    let e = echo
+        .prepare(Side::Server, METHOD, Some(&format!("/x{}", "é".repeat(40))))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("(81 bytes)"), "{e}");
+    assert_eq!(echo.rpc_counters().unknown_callers, 4);
+}
+
+#[test]
+fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
+    // A client stamps only calls it has an edge for: `cart` on the config before its edge
+    // sends nothing, and a server on the new config refuses it (docs/config.md, "Rollouts").
+    // `cart` runs Weft for another edge, but has none into `echo.Echo/Say` yet.
+    let before = format!(
+        "{}  cart->web:\n    from: cart\n    to: web\n    method: echo.Echo/SayStream\n    client:\n      - metrics\n",
+        web_only()
+    );
+    let cart_before = open(&before, "cart");
+    let e = cart_before
+        .process_request(
+            Side::Client,
+            METHOD,
+            Metadata::new(),
+            two_strings("mallory", "hi"),
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(e, EngineError::NoEdge { .. }), "{e:?}");
+    let echo_after = open(&two_callers(), "echo");
+    let out = serve(&echo_after, Metadata::new(), "mallory");
+    let (code, message) = rejected(&out).expect("refused");
+    assert_eq!(code, Code::PermissionDenied);
+    assert!(
+        message.contains("only on calls its config gives it an edge for"),
+        "the refusal says why a Weft caller may send no stamp: {message}"
+    );
+
+    // The other order: `cart` has its edge first and names itself; the server on the config
+    // before runs the one edge for it, as it did for its unstamped requests.
+    let cart_after = open(&two_callers(), "cart");
+    let echo_before = open(&web_only(), "echo");
+    let (code, _) = rejected(&serve(
+        &echo_before,
+        sent_by(&cart_after, "mallory"),
+        "mallory",
+    ))
+    .expect("web's firewall, the only edge");
+    assert_eq!(code, Code::PermissionDenied);
+    // Both on the new config: cart's own edge.
+    assert!(
+        rejected(&serve(
+            &echo_after,
+            sent_by(&cart_after, "mallory"),
+            "mallory"
+        ))
+        .is_none()
+    );
+}
+
+#[test]
+fn a_calling_service_whose_name_cannot_ride_in_a_header_is_refused_when_it_opens() {
+    // grpc-go refuses to send a header value that is not printable ASCII, and a client's
+    // stamp carries its service: every call would fail. A service that only serves sends
+    // no stamp.
+    let yaml = two_callers()
+        .replace("cart->echo", "café->echo")
+        .replace("from: cart", "from: café");
+    let e = Engine::open_yaml(&yaml, examples().join("echo"), "café", options())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, EngineError::ServiceName { service } if service == "café"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("printable ASCII"), "{e}");
+    let echo = open(&yaml, "echo");
+    let mut md = Metadata::new();
+    md.insert(STAMP.into(), "/café".into());
+    assert!(
+        rejected(&serve(&echo, md, "mallory")).is_none(),
+        "café's edge"
+    );
+}

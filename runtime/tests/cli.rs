@@ -1070,3 +1070,39 @@ fn the_tenant_quota_example_keeps_a_bucket_per_tenant_and_bounds_them() {
         ]
     );
 }
+
+/// A runtime whose service is the `from` of an edge refuses to open when the name is not
+/// printable ASCII: it rides in every call's `weft-version` header. `weft check --config`
+/// says so, once per service.
+#[test]
+fn check_config_warns_of_a_calling_service_whose_name_cannot_ride_in_a_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("examples/echo/echo.proto"),
+        tmp.path().join("echo.proto"),
+    )
+    .unwrap();
+    let cfg = tmp.path().join("weft.yaml");
+    std::fs::write(
+        &cfg,
+        "protos: [echo.proto]\nedges:\n  café->echo:\n    from: café\n    to: echo\n    method: echo.Echo/Say\n  café->web:\n    from: café\n    to: web\n    method: echo.Echo/SayStream\n  echo->web:\n    from: echo\n    to: web\n    method: echo.Echo/Say\n",
+    )
+    .unwrap();
+    let out = weft(&["check", "--config", cfg.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
+    assert!(
+        err.contains("warning: service `café` is the `from` of an edge")
+            && err.contains("so a runtime of `café` refuses this config"),
+        "{err}"
+    );
+    let options = weft_runtime::EngineOptions {
+        watch_interval: None,
+        ..weft_runtime::EngineOptions::default()
+    };
+    assert!(matches!(
+        weft_runtime::Engine::open(&cfg, "café", options),
+        Err(weft_runtime::EngineError::ServiceName { .. })
+    ));
+}

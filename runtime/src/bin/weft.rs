@@ -1,7 +1,7 @@
 //! `weft`: check elements, print their properties, simulate a chain over a trace, plan
 //! where a chain's elements run and check that a reordering is equivalent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -419,6 +419,8 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
     // the service a Weft client names in its stamp; a client has only the method to go by.
     type Covered = (String, &'static str, String, String);
     let mut covered: BTreeMap<Covered, String> = BTreeMap::new();
+    // Services warned of already: a name that cannot ride in a stamp is said once.
+    let mut misnamed: BTreeSet<String> = BTreeSet::new();
     for name in &edges {
         let loaded = match load_edge_with_schema(&cfg, name, Arc::clone(&schema)) {
             Ok(l) => l,
@@ -461,6 +463,16 @@ fn cmd_check_config(config: &Path, edge: Option<&str>) -> Result<ExitCode> {
         // A warning, not an error: a config of alternatives for one method (the planner's
         // examples, a simulation) is checked and planned whole, and only a runtime that is
         // an end of both refuses it.
+        let from = loaded.edge.from.as_str();
+        if !weft_runtime::engine::fits_a_stamp(from) && misnamed.insert(from.to_owned()) {
+            errln!(
+                "warning: {}, so a runtime of `{}` refuses this config",
+                weft_runtime::EngineError::ServiceName {
+                    service: from.to_owned()
+                },
+                from.escape_debug()
+            );
+        }
         let sides = [
             (&loaded.edge.from, "client", String::new()),
             (&loaded.edge.to, "server", loaded.edge.from.clone()),
