@@ -506,7 +506,13 @@ pub(crate) struct Version {
     /// a B-tree lookup is a few string compares, where hashing the name with SipHash cost
     /// about 290 instructions per call (callgrind, `runtime/examples/ffi_iters`).
     pub client: BTreeMap<String, MethodRoute>,
-    pub server: BTreeMap<String, ServerRoutes>,
+    /// The edges into each method, each with the service it comes from. An RPC carries no
+    /// edge, only its method and, from a Weft client, its caller's service in the
+    /// `weft-version` stamp. A method one edge leads into runs that edge whoever calls (as
+    /// before callers were named, so services without Weft keep working); of several, the
+    /// caller picks one, and an RPC naming none of them is refused: a policy that depends
+    /// on the caller must not be guessed.
+    pub server: BTreeMap<String, Vec<CallerRoute>>,
     pub segments: Vec<Segment>,
     /// Per edge of this service: the planned order and sides.
     pub layouts: Vec<(String, Layout)>,
@@ -567,35 +573,19 @@ impl Version {
                 .get(method)
                 .copied()
                 .map_or(Route::None, Route::Found),
-            Side::Server => match self.server.get(method) {
-                None => Route::None,
-                Some(ServerRoutes::Any(only)) => Route::Found(only.route),
-                Some(ServerRoutes::ByCaller(edges)) => {
-                    match edges.iter().find(|e| Some(e.caller.as_str()) == caller) {
-                        Some(edge) => Route::Found(edge.route),
-                        None => Route::UnknownCaller(edges),
-                    }
-                }
+            Side::Server => match self.server.get(method).map(Vec::as_slice) {
+                None | Some([]) => Route::None,
+                Some([only]) => Route::Found(only.route),
+                Some(edges) => edges
+                    .iter()
+                    .find(|e| Some(e.caller.as_str()) == caller)
+                    .map_or(Route::UnknownCaller(edges), |e| Route::Found(e.route)),
             },
         }
     }
 }
 
-/// Where an RPC of one method runs on the server side. An RPC carries no edge, only its
-/// method and, from a Weft client, its caller's service in the `weft-version` stamp; a
-/// method one edge
-/// leads into runs that edge whoever calls, as it did before callers were stamped, so
-/// services without Weft keep working.
-#[derive(Debug)]
-pub(crate) enum ServerRoutes {
-    /// One edge leads into the method: every RPC of it runs that edge.
-    Any(CallerRoute),
-    /// Edges from several services lead into the method: the caller picks one, and an RPC
-    /// naming none of them is refused (a policy that depends on the caller must not guess).
-    ByCaller(Vec<CallerRoute>),
-}
-
-/// One of several edges into a server-side method, and the service it comes from.
+/// An edge into a server-side method, and the service it comes from.
 #[derive(Debug)]
 pub(crate) struct CallerRoute {
     /// The edge's `from`.
@@ -855,7 +845,19 @@ pub(crate) fn build(
                 let name = &method.full_name;
                 let overlap = match side {
                     Side::Client => version.client.insert(name.clone(), route),
-                    Side::Server => add_server_route(&mut version, name, &edge.from, route),
+                    Side::Server => {
+                        // Two edges from one caller would leave the RPC's edge undecidable.
+                        let edges = version.server.entry(name.clone()).or_default();
+                        let same = edges.iter().find(|e| e.caller == edge.from);
+                        let same = same.map(|e| e.route);
+                        if same.is_none() {
+                            edges.push(CallerRoute {
+                                caller: edge.from.clone(),
+                                route,
+                            });
+                        }
+                        same
+                    }
                 };
                 if let Some(other) = overlap {
                     let other = &version.segments[other.segment].edge;
@@ -873,43 +875,6 @@ pub(crate) fn build(
         version.layouts.push((edge.name.clone(), layout));
     }
     Ok(version)
-}
-
-/// Adds the server-side route of an edge from `caller` into `method`; returns the route of an
-/// edge already there from the same caller, which would leave the RPC's edge undecidable.
-fn add_server_route(
-    version: &mut Version,
-    method: &str,
-    caller: &str,
-    route: MethodRoute,
-) -> Option<MethodRoute> {
-    let added = CallerRoute {
-        caller: caller.to_owned(),
-        route,
-    };
-    let routes = match version.server.remove(method) {
-        None => ServerRoutes::Any(added),
-        Some(ServerRoutes::Any(first)) if first.caller == caller => {
-            let same = first.route;
-            version
-                .server
-                .insert(method.to_owned(), ServerRoutes::Any(first));
-            return Some(same);
-        }
-        Some(ServerRoutes::Any(first)) => ServerRoutes::ByCaller(vec![first, added]),
-        Some(ServerRoutes::ByCaller(mut edges)) => {
-            let same = edges.iter().find(|e| e.caller == caller).map(|e| e.route);
-            if same.is_none() {
-                edges.push(added);
-            }
-            version
-                .server
-                .insert(method.to_owned(), ServerRoutes::ByCaller(edges));
-            return same;
-        }
-    };
-    version.server.insert(method.to_owned(), routes);
-    None
 }
 
 pub fn side_name(side: Side) -> &'static str {
