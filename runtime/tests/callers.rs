@@ -11,7 +11,7 @@ mod common;
 
 use std::ffi::CString;
 
-use common::{echo_edge, examples, options, two_strings};
+use common::{echo_edge, encode_metadata, examples, options, two_strings};
 use weft_hostcalls::Code;
 use weft_runtime::ffi::{
     WEFT_E_METADATA, WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK,
@@ -196,17 +196,6 @@ fn two_edges_from_one_caller_into_one_method_are_refused() {
     }
 }
 
-fn encode(pairs: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (k, val) in pairs {
-        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        v.extend_from_slice(k.as_bytes());
-        v.extend_from_slice(&(val.len() as u32).to_le_bytes());
-        v.extend_from_slice(val);
-    }
-    v
-}
-
 fn open_c(yaml: &str, service: &std::ffi::CStr) -> *mut WeftRuntime {
     let yaml = CString::new(yaml).unwrap();
     let base = CString::new(examples().join("echo").display().to_string()).unwrap();
@@ -304,9 +293,9 @@ fn through_the_c_abi_a_binding_passes_all_metadata_for_a_method_of_several_calle
     // retry.
     let (rc, _, _) = c_request(rt, &[], one_edge_version);
     assert_eq!(rc, WEFT_E_METADATA);
-    let md = encode(&[(STAMP, b"/frontend")]);
+    let md = encode_metadata(&[(STAMP, b"/frontend")]);
     assert_eq!(c_request(rt, &md, 0), (WEFT_OK, WEFT_VERDICT_REJECT, 7));
-    let md = encode(&[(STAMP, b"/cart")]);
+    let md = encode_metadata(&[(STAMP, b"/cart")]);
     assert_eq!(c_request(rt, &md, 0).1, WEFT_VERDICT_FORWARD);
     let (rc, verdict, code) = c_request(rt, &[], 0);
     assert_eq!((rc, verdict, code), (WEFT_OK, WEFT_VERDICT_REJECT, 7));

@@ -10,24 +10,13 @@ mod common;
 
 use std::ffi::{CStr, CString};
 
-use common::{echo_edge, examples, two_strings};
+use common::{echo_edge, encode_metadata, examples, two_strings};
 use weft_runtime::ffi::{
     WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT,
     WEFT_VERDICT_REPLY, WeftBuf, WeftCall, WeftRuntime, weft_close, weft_open_yaml, weft_request,
     weft_response, weft_rpc_abandon,
 };
 use weft_runtime::metadata::{self, Keys};
-
-fn encode(pairs: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (k, val) in pairs {
-        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        v.extend_from_slice(k.as_bytes());
-        v.extend_from_slice(&(val.len() as u32).to_le_bytes());
-        v.extend_from_slice(val);
-    }
-    v
-}
 
 fn call_with(md: &[u8], m: &mut [u8], meta: &mut [u8], route: &mut [u8]) -> WeftCall {
     let method = b"/echo.Echo/Say";
@@ -47,7 +36,7 @@ fn call_with(md: &[u8], m: &mut [u8], meta: &mut [u8], route: &mut [u8]) -> Weft
 fn keys_no_element_observes_survive_the_stamp() {
     // ratelimit reads no header, so the client side decodes only weft-version and dst.
     let rt = open_client(&["ratelimit: {capacity: 100.0, rate: 100.0}"]);
-    let md = encode(&[
+    let md = encode_metadata(&[
         ("X-Tenant", b"t1"),
         ("trace-bin", &[0xff, 0x00]),
         ("x-tenant", b"t2"),
@@ -104,7 +93,7 @@ fn a_servers_stamp_passes_through_undecoded_and_comes_back_once() {
         ),
     );
     let rt = open(&yaml, c"echo");
-    let md = encode(&[
+    let md = encode_metadata(&[
         ("weft-version", b"from-the-client"),
         ("user-agent", b"grpc-go"),
     ]);
@@ -181,7 +170,7 @@ fn a_reused_message_carries_nothing_of_the_call_before() {
     let first = client_call(
         rt,
         0,
-        &encode(&[("x-first", b"1")]),
+        &encode_metadata(&[("x-first", b"1")]),
         &two_strings("alice", "a long first body"),
     );
     assert_eq!(first.verdict, WEFT_VERDICT_FORWARD);
@@ -257,7 +246,7 @@ fn a_header_named_by_a_parameter_is_seen_whatever_its_case() {
         let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"echo".as_ptr(), 0) };
         assert!(!rt.is_null());
         for (value, verdict) in [("deny", WEFT_VERDICT_REJECT), ("ok", WEFT_VERDICT_FORWARD)] {
-            let md = encode(&[("x-tenant", value.as_bytes())]);
+            let md = encode_metadata(&[("x-tenant", value.as_bytes())]);
             let message = two_strings("alice", "hi");
             let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
             let mut call = call_with(&md, &mut m, &mut meta, &mut route);
@@ -313,7 +302,7 @@ fn values_elements_never_saw_of_a_key_the_chain_wrote_do_not_come_back() {
     // SAFETY: NUL-terminated strings that outlive the call.
     let rt = unsafe { weft_open_yaml(yaml.as_ptr(), base.as_ptr(), c"frontend".as_ptr(), 0) };
     assert!(!rt.is_null());
-    let md = encode(&[
+    let md = encode_metadata(&[
         ("x-tenant", b"a"),
         ("x-tenant", b"b"),
         ("x-trace-bin", &[0xff]),

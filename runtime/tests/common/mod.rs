@@ -225,3 +225,15 @@ fn to_response(v: Verdict) -> ServerResponse {
         },
     }
 }
+
+/// Metadata as the C ABI takes it: each key and value as a u32 LE length and its bytes.
+pub fn encode_metadata(pairs: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (k, val) in pairs {
+        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        v.extend_from_slice(k.as_bytes());
+        v.extend_from_slice(&(val.len() as u32).to_le_bytes());
+        v.extend_from_slice(val);
+    }
+    v
+}
