@@ -804,15 +804,7 @@ fn refuse_caller(
     then: &str,
 ) -> Result<i32, FfiError> {
     if let EngineError::UnknownCaller { version, .. } = &error {
-        let keys = call.metadata_keys_version;
-        if keys != 0 && keys != *version {
-            return Err(FfiError {
-                code: WEFT_E_METADATA,
-                message: format!(
-                    "the call holds what version {keys} observes, but this RPC runs in version {version}: {then}"
-                ),
-            });
-        }
+        keys_of_version(call, *version, then)?;
     }
     let out = rt.engine.refuse_caller(error);
     let rc = write_verdict(rt, call, &out.verdict, (&[], &metadata::Seen::new()), None);
@@ -824,15 +816,19 @@ fn refuse_caller(
 /// the one the RPC runs in (`metadata_keys_version`, 0 when complete): that version may
 /// observe what the caller left out, so nothing runs on them. `then` says what to do.
 fn keys_of_this_version(call: &WeftCall, prepared: &Prepared, then: &str) -> Result<(), FfiError> {
+    keys_of_version(call, prepared.version(), then)
+}
+
+/// [`keys_of_this_version`] for an RPC that runs in `version`.
+fn keys_of_version(call: &WeftCall, version: u64, then: &str) -> Result<(), FfiError> {
     let keys = call.metadata_keys_version;
-    if keys == 0 || keys == prepared.version() {
+    if keys == 0 || keys == version {
         return Ok(());
     }
     Err(FfiError {
         code: WEFT_E_METADATA,
         message: format!(
-            "the call holds what version {keys} observes, but this RPC runs in version {}: {then}",
-            prepared.version()
+            "the call holds what version {keys} observes, but this RPC runs in version {version}: {then}"
         ),
     })
 }

@@ -15,9 +15,9 @@ use common::{echo_edge, encode_metadata, examples, options, two_strings};
 use weft_hostcalls::Code;
 use weft_runtime::ffi::{
     WEFT_E_METADATA, WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK,
-    WEFT_SIDE_SERVER, WEFT_STAMP_LEN, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT, WeftBuf, WeftCall,
-    WeftCounters, WeftRuntime, weft_close, weft_counters, weft_metadata_keys, weft_open_yaml,
-    weft_reload_yaml, weft_request, weft_rpc_abandon,
+    WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT, WeftBuf, WeftCall, WeftCounters,
+    WeftRuntime, weft_close, weft_counters, weft_open_yaml, weft_reload_yaml, weft_request,
+    weft_rpc_abandon,
 };
 use weft_runtime::{Engine, EngineError, Metadata, RequestOutcome, Side, Verdict};
 
@@ -207,25 +207,7 @@ fn open_c(yaml: &str, service: &std::ffi::CStr) -> *mut WeftRuntime {
 
 /// `weft_metadata_keys` for the server side of `echo.Echo/Say`: (version, message bits).
 fn server_keys(rt: *mut WeftRuntime) -> (u64, u32) {
-    let mut keys = [0u8; 256];
-    let mut out = WeftBuf::over(&mut keys);
-    let (mut version, mut messages) = (u64::MAX, 0u32);
-    let mut stamp = [0u8; WEFT_STAMP_LEN];
-    let method = METHOD.as_bytes();
-    // SAFETY: a live runtime; every pointer valid for its length.
-    let rc = unsafe {
-        weft_metadata_keys(
-            rt,
-            WEFT_SIDE_SERVER,
-            method.as_ptr(),
-            method.len(),
-            &mut out,
-            &mut version,
-            &mut messages,
-            stamp.as_mut_ptr(),
-        )
-    };
-    assert_eq!(rc, WEFT_OK);
+    let (version, messages, stamp) = common::echo_server_keys(rt);
     assert!(
         stamp.iter().all(u8::is_ascii_hexdigit),
         "a stamp is written"

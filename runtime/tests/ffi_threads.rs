@@ -16,12 +16,13 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::{echo_edge, examples, two_strings};
+use weft_runtime::engine::split_stamp;
 use weft_runtime::ffi::{
     WEFT_DEFERRABLE_REQUEST, WEFT_E_BUFFER, WEFT_E_METADATA, WEFT_OK, WEFT_SIDE_CLIENT,
-    WEFT_SIDE_SERVER, WEFT_STAMP_LEN, WEFT_VERDICT_FORWARD, WeftBuf, WeftCall, WeftCounters,
-    WeftRuntime, weft_call_output, weft_close, weft_counters, weft_metadata_keys, weft_open_yaml,
-    weft_records, weft_reload_yaml, weft_request, weft_response, weft_rpcs_waiting,
-    weft_server_exchange, weft_version, weft_version_word,
+    WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WeftBuf, WeftCall, WeftCounters, WeftRuntime,
+    weft_call_output, weft_close, weft_counters, weft_open_yaml, weft_records, weft_reload_yaml,
+    weft_request, weft_response, weft_rpcs_waiting, weft_server_exchange, weft_version,
+    weft_version_word,
 };
 
 const WORKERS: usize = 3;
@@ -141,28 +142,11 @@ fn value_of<'a>(mut md: &'a [u8], key: &str) -> Option<&'a [u8]> {
 /// read), and the RPC must take the two calls.
 fn exchange(rt: Shared, request_metadata: &[u8], reply: &[u8]) -> bool {
     let method = b"/echo.Echo/Say";
-    let (mut keys, mut version, mut messages) = (vec![0u8; 256], 0u64, 0u32);
-    let mut stamp = [0u8; WEFT_STAMP_LEN];
-    let mut out = WeftBuf::over(&mut keys);
-    // SAFETY: a live runtime; every pointer is valid and writable for its length.
-    let code = unsafe {
-        weft_metadata_keys(
-            rt.0,
-            WEFT_SIDE_SERVER,
-            method.as_ptr(),
-            method.len(),
-            &mut out,
-            &mut version,
-            &mut messages,
-            stamp.as_mut_ptr(),
-        )
-    };
-    assert_eq!(code, WEFT_OK);
+    let (version, messages, stamp) = common::echo_server_keys(rt.0);
     let stamped = value_of(request_metadata, "weft-version").unwrap();
-    // A stamp names the version whose 16 bytes it starts with, before the caller's `/service`.
-    let names_version = stamped
-        .strip_prefix(&stamp[..])
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"));
+    // A stamp names the version whose digest it starts with, before the caller's `/service`.
+    let names_version =
+        std::str::from_utf8(stamped).is_ok_and(|s| split_stamp(s).0.as_bytes() == stamp.as_slice());
     if messages & WEFT_DEFERRABLE_REQUEST == 0 || !names_version {
         return false;
     }

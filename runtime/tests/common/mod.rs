@@ -237,3 +237,34 @@ pub fn encode_metadata(pairs: &[(&str, &[u8])]) -> Vec<u8> {
     }
     v
 }
+
+/// What `weft_metadata_keys` says of the server side of `echo.Echo/Say`, as a binding asks
+/// before it passes a request's metadata: (keys' version, message bits, stamp). Panics
+/// unless the call succeeds.
+#[allow(unsafe_code)]
+pub fn echo_server_keys(
+    rt: *mut weft_runtime::ffi::WeftRuntime,
+) -> (u64, u32, [u8; weft_runtime::ffi::WEFT_STAMP_LEN]) {
+    use weft_runtime::ffi::{WEFT_OK, WEFT_SIDE_SERVER, WeftBuf, weft_metadata_keys};
+    let method = b"/echo.Echo/Say";
+    let mut keys = [0u8; 256];
+    let mut out = WeftBuf::over(&mut keys);
+    let (mut version, mut messages) = (u64::MAX, 0u32);
+    let mut stamp = [0u8; weft_runtime::ffi::WEFT_STAMP_LEN];
+    // SAFETY: the caller passes a live runtime; every pointer is valid and writable for its
+    // length.
+    let rc = unsafe {
+        weft_metadata_keys(
+            rt,
+            WEFT_SIDE_SERVER,
+            method.as_ptr(),
+            method.len(),
+            &mut out,
+            &mut version,
+            &mut messages,
+            stamp.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, WEFT_OK);
+    (version, messages, stamp)
+}
