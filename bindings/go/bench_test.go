@@ -105,6 +105,14 @@ func BenchmarkEcho(b *testing.B) {
 		_, addr := serve(b, "echo-0", grpc.ChainUnaryInterceptor(metricsServerInterceptor(&rpcMetrics{})))
 		run(b, dial(b, addr, grpc.WithChainUnaryInterceptor(handwrittenClient(slog.New(droppingHandler{}))...)))
 	})
+	// A client runtime with no edge for the method: the library runs nothing and the
+	// binding adds the caller stamp (weft-version: /echo), the cost of Weft on a call it
+	// has no policy for.
+	b.Run("weft-no-edge", func(b *testing.B) {
+		crt := open(b, benchEdgeYAML, "echo")
+		_, addr := serve(b, "echo-0")
+		run(b, dial(b, addr, crt.DialOptions()...))
+	})
 	// Weft on one side only, to tell the two sides' costs apart.
 	b.Run("weft-client", func(b *testing.B) {
 		crt := open(b, benchEdgeYAML, "frontend")

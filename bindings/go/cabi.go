@@ -88,6 +88,13 @@ static int32_t go_weft_metadata_keys(WeftRuntime *rt, int32_t side, const uint8_
 	return rc;
 }
 
+// The caller stamp into the malloc'd buffer out, grown here when too small.
+static int32_t go_weft_caller_stamp(WeftRuntime *rt, WeftBuf *out) {
+	int32_t rc = weft_caller_stamp(rt, out);
+	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_caller_stamp(rt, out);
+	return rc;
+}
+
 static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char *base, const char *service,
                                  uint32_t records, char *err, size_t errcap) {
 	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service, records) : weft_open(path, service, records);
@@ -515,6 +522,18 @@ func runtimeVersion(h *C.WeftRuntime) uint64 { return uint64(C.weft_version(h)) 
 // the life of the process, after Close too.
 func versionWord(h *C.WeftRuntime) *uint64 {
 	return (*uint64)(unsafe.Pointer(C.weft_version_word(h)))
+}
+
+// callerStamp is the runtime's stamp for client calls no edge covers ("" if it has none,
+// or if the call fails, which it only does for arguments this package never passes).
+func callerStamp(h *C.WeftRuntime) string {
+	var out C.WeftBuf
+	initOut(&out, 64)
+	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
+	if C.go_weft_caller_stamp(h, &out) != rcOK || out.len == 0 {
+		return ""
+	}
+	return C.GoStringN((*C.char)(unsafe.Pointer(out.ptr)), C.int(out.len))
 }
 
 func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -202,6 +203,75 @@ func TestAProxyPassingOnItsCallersMetadataIsNamedAsItself(t *testing.T) {
 	// Straight from web, web's firewall applies.
 	_, err = dial(t, addr, open(t, config, "web").DialOptions()...).Say(ctx(t), &echopb.SayRequest{User: "mallory"})
 	wantCode(t, err, codes.PermissionDenied, "acl")
+}
+
+// TestACallerWithoutItsEdgeYetIsNamedByItsCallerStamp: the config that adds cart's edge
+// into echo.Echo/* has reached the server but not cart, whose runtime runs no chain for the
+// call. Its binding still names cart ("/cart"), so the server runs cart's edge rather than
+// refuse an unknown caller while the config rolls out. A stamp copied from an incoming call
+// is replaced: it names a service whose client side did not run for this call.
+func TestACallerWithoutItsEdgeYetIsNamedByItsCallerStamp(t *testing.T) {
+	// cart runs Weft (a runtime needs an edge to or from its service) but has no edge
+	// into echo yet.
+	before := twoCallers[:strings.Index(twoCallers, "  cart->echo:")] + `  web->cart:
+    from: web
+    to: cart
+    method: echo.Echo/*
+    server:
+      - metrics
+`
+	srt := open(t, twoCallers, "echo")
+	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
+	for _, codec := range []bool{true, false} {
+		crt := open(t, before, "cart")
+		opts := crt.DialOptions()
+		if !codec {
+			opts = []grpc.DialOption{grpc.WithChainUnaryInterceptor(crt.UnaryClientInterceptor()),
+				grpc.WithChainStreamInterceptor(crt.StreamClientInterceptor())}
+		}
+		cart := dial(t, addr, opts...)
+		r, err := cart.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "from cart"})
+		if err != nil || r.GetBody() != "from cart" {
+			t.Fatalf("codec %v: cart's edge, which has no firewall: %v %v", codec, r, err)
+		}
+		if _, md := srv.lastRequest(); !slices.Equal(md.Get("weft-version"), []string{"/cart"}) {
+			t.Fatalf("codec %v: the stamp should be cart's caller stamp: %v", codec, md)
+		}
+
+		// A stream opens with the caller stamp in its headers.
+		stream, err := cart.SayStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&echopb.SayRequest{User: "mallory", Body: "streamed"}); err != nil {
+			t.Fatalf("codec %v: %v", codec, err)
+		}
+		if r, err := stream.Recv(); err != nil || r.GetBody() != "streamed" {
+			t.Fatalf("codec %v: a stream from cart runs cart's edge: %v %v", codec, r, err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != io.EOF {
+			t.Fatalf("codec %v: the stream's end: %v", codec, err)
+		}
+
+		// A stamp copied from an incoming call names web, whose client side did not run
+		// for this call: cart's replaces it, and web's firewall does not run.
+		withStamp := metadata.AppendToOutgoingContext(ctx(t), "weft-version", "0123456789abcdef/web")
+		if _, err := cart.Say(withStamp, &echopb.SayRequest{User: "mallory"}); err != nil {
+			t.Fatalf("codec %v: cart's edge for a call passing web's stamp on: %v", codec, err)
+		}
+		if _, md := srv.lastRequest(); !slices.Equal(md.Get("weft-version"), []string{"/cart"}) {
+			t.Fatalf("codec %v: one stamp, cart's: %v", codec, md)
+		}
+	}
+	if n := srt.Counters().UnknownCallers; n != 0 {
+		t.Fatalf("UnknownCallers = %d, want 0", n)
+	}
+	// A caller without Weft names nobody and is still refused.
+	_, err := dial(t, addr).Say(ctx(t), &echopb.SayRequest{User: "alice"})
+	wantCode(t, err, codes.PermissionDenied, "does not say which service it comes from")
 }
 
 // TestACallingServiceNamedOutsideASCIIIsRefusedWhenItOpens: its stamp, a header value,

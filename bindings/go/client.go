@@ -88,6 +88,7 @@ func (r *Runtime) unaryClientCall(ctx context.Context, method string, req, reply
 
 	rc := r.runRequest(s, sideClient, m)
 	if rc == rcNoEdge {
+		ctx = r.stampCaller(ctx, md)
 		if codec {
 			s.out.buf = buf
 			err := invoker(ctx, method, &s.out, reply, cc, opts...)
@@ -237,6 +238,37 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 		return unmarshalInto(s.outMessage(), replyMsg, "the chain's reply")
 	}
 	return unmarshalInto(s.successInPlace(), replyMsg, "the chain's response")
+}
+
+// stampCaller gives a call no chain of this runtime ran for the runtime's caller stamp
+// ("/<service>"). A server with edges from several services into the method picks the edge
+// by the service the stamp names and refuses a request that names none, so without it a
+// caller whose config did not have its edge yet would be refused while the config rolled
+// out. A stamp the call carries already was copied from an incoming call (an application
+// passing its metadata on): it names the caller's caller, whose client side ran for that
+// call, not this one, so it is replaced, as the library replaces it on a call that has an
+// edge (or removed, when this service's name cannot be carried in a header).
+func (r *Runtime) stampCaller(ctx context.Context, md metadata.MD) context.Context {
+	stamps := md[versionHeader]
+	switch {
+	case len(stamps) == 0 && r.callerStamp != "":
+		// The common cases, each the cheapest way to add the header: the shared metadata
+		// of the stamp alone, or the pair kept beside the caller's metadata (grpc-go does
+		// not copy it).
+		if len(md) == 0 {
+			return metadata.NewOutgoingContext(ctx, r.callerMD)
+		}
+		return metadata.AppendToOutgoingContext(ctx, versionHeader, r.callerStamp)
+	case len(stamps) == 0 || (len(stamps) == 1 && stamps[0] == r.callerStamp):
+		return ctx
+	}
+	md = md.Copy()
+	if r.callerStamp == "" {
+		delete(md, versionHeader)
+	} else {
+		md[versionHeader] = []string{r.callerStamp}
+	}
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // StreamClientInterceptor runs the client side of the chain on every message of a stream:
@@ -528,6 +560,10 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 			if stamp := md[versionHeader]; len(stamp) > 0 && len(c.md[versionHeader]) == 0 {
 				stamped = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
 			}
+		} else {
+			// No chain ran for a message before the stream opened (no edge covers it, or
+			// the caller read first): the headers still name the caller.
+			ctx = c.r.stampCaller(ctx, c.md)
 		}
 		if dst != "" {
 			ctx = withRoute(ctx, dst)

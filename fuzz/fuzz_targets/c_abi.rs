@@ -28,10 +28,10 @@ use prost::Message as _;
 use weft_runtime::ffi::{
     WEFT_E_ARGUMENT, WEFT_E_BUFFER, WEFT_E_CONFIG, WEFT_E_METADATA, WEFT_E_NO_EDGE, WEFT_OK,
     WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_STAMP_LEN, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT,
-    WEFT_VERDICT_REPLY, WeftBuf, WeftCall, WeftCounters, WeftRuntime, weft_call_output, weft_close,
-    weft_counters, weft_last_error, weft_metadata_keys, weft_open_yaml, weft_records, weft_reload,
-    weft_reload_yaml, weft_request, weft_response, weft_rpc_abandon, weft_rpcs_waiting,
-    weft_server_exchange, weft_version, weft_version_word,
+    WEFT_VERDICT_REPLY, WeftBuf, WeftCall, WeftCounters, WeftRuntime, weft_call_output,
+    weft_caller_stamp, weft_close, weft_counters, weft_last_error, weft_metadata_keys,
+    weft_open_yaml, weft_records, weft_reload, weft_reload_yaml, weft_request, weft_response,
+    weft_rpc_abandon, weft_rpcs_waiting, weft_server_exchange, weft_version, weft_version_word,
 };
 
 /// `echo.SayRequest` and `echo.SayReply` (examples/echo/echo.proto), decoded by prost: the
@@ -2061,7 +2061,7 @@ impl Model {
         let mut version = 0u64;
         // SAFETY: NULL runtimes are allowed everywhere; every other pointer is a local.
         unsafe {
-            match which % 12 {
+            match which % 13 {
                 0 => assert_eq!(weft_request(rt, 0, &mut call), WEFT_E_ARGUMENT),
                 1 => assert_eq!(weft_response(rt, 0, &mut call), WEFT_E_ARGUMENT),
                 2 => assert_eq!(
@@ -2097,6 +2097,7 @@ impl Model {
                     assert!(weft_version_word(rt).is_null());
                 }
                 10 => assert_eq!(weft_rpcs_waiting(rt), 0),
+                11 => assert_eq!(weft_caller_stamp(rt, &mut out), WEFT_E_ARGUMENT),
                 _ => {
                     weft_rpc_abandon(rt, 1);
                     weft_close(rt);
@@ -2121,6 +2122,11 @@ impl Model {
         // SAFETY: a live runtime; NULL `out` is refused.
         assert_eq!(
             unsafe { weft_counters(self.rt, std::ptr::null_mut()) },
+            WEFT_E_ARGUMENT
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { weft_caller_stamp(self.rt, std::ptr::null_mut()) },
             WEFT_E_ARGUMENT
         );
         self.after_op();

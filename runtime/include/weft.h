@@ -27,7 +27,8 @@
 // Config/YAML/element/proto error: `weft_last_error()` has the full diagnostic.
 #define WEFT_E_CONFIG 2
 
-// No edge of this service matches (side, method): pass the RPC through untouched.
+// No edge of this service matches (side, method): pass the RPC through untouched, but
+// for the caller's stamp on the client side (`weft_caller_stamp`).
 #define WEFT_E_NO_EDGE 3
 
 // An out buffer was too small: each `WeftBuf.len` holds the size needed; call
@@ -281,6 +282,22 @@ uint64_t weft_version(const struct WeftRuntime *rt);
 // # Safety
 // `rt` is NULL or a live runtime.
 const uint64_t *weft_version_word(const struct WeftRuntime *rt);
+
+// The `weft-version` stamp to give a client call that `weft_request` answered with
+// `WEFT_E_NO_EDGE`: `/<service>`, an empty digest (no chain ran here) and this runtime's
+// service. A server into whose method edges from several services lead picks the edge by
+// the service, and refuses a request that names none; with this, a caller whose config
+// does not have its edge yet is still known. It replaces a `weft-version` the call's
+// metadata has already (an application that copies its incoming metadata passes its
+// caller's on, which names a service whose client side did not run for this call), as
+// `weft_request` does on a call it runs a chain for. It is the same for the life of the
+// runtime: ask once. `out.len` 0 when the service cannot be named in a header (not
+// printable ASCII): then remove a `weft-version` the call has. `WEFT_E_BUFFER` sets
+// `out.len` to the size needed.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
+int32_t weft_caller_stamp(const struct WeftRuntime *rt, struct WeftBuf *out);
 
 // The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
 // requests waiting for their response. A count that only grows points at calls whose end

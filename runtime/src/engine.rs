@@ -73,7 +73,8 @@ const SPARE_BYTES_MAX: usize = 64 * 1024;
 /// A `weft-version` value's version digest and, after a `/`, the service that sent the
 /// request: a server into whose method edges from several services lead runs the edge from
 /// that service. A stamp without a `/` (or before the stamp carried the service) names no
-/// caller. The service travels in the stamp rather than a header of its own: a second
+/// caller. The digest is empty on a call no edge of the caller's covered
+/// ([`Engine::caller_stamp`]): it names no version, so the server runs its current one. The service travels in the stamp rather than a header of its own: a second
 /// header cost grpc-go five allocations and about 1.2 KB per RPC (twenty-ninth session).
 pub fn split_stamp(stamp: &str) -> (&str, Option<&str>) {
     match stamp.split_once('/') {
@@ -554,6 +555,18 @@ impl Engine {
     /// call, and outlives the engine if it keeps the `Arc`.
     pub fn version_word(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.inner.installed)
+    }
+
+    /// The `weft-version` stamp of this service's calls that no edge covers, `/<service>`:
+    /// an empty digest (this end ran no chain) and the calling service, for the binding to
+    /// add to such a call's metadata when it carries no stamp already. A server into whose
+    /// method edges from several services lead picks the edge by the service, so a caller
+    /// stays known while a config that gives it its first edge into a method reaches the
+    /// server before it (`docs/config.md`, "Several callers of one method"). `None` when
+    /// the service cannot be named in a header ([`fits_a_stamp`]).
+    pub fn caller_stamp(&self) -> Option<String> {
+        let service = &self.inner.service;
+        fits_a_stamp(service).then(|| format!("/{service}"))
     }
 
     /// The current version's content digest (the `weft-version` stamp).

@@ -96,7 +96,7 @@ fn unknown_caller(service: &str, method: &str, caller: Option<&str>, callers: &[
             shown_caller(caller)
         ),
         None => format!(
-            "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>` only on calls its config gives it an edge for (a caller's runtime without the config that adds its edge sends none); a caller without Weft must send `weft-version: /<service>` itself"
+            "service `{service}` has edges from {from} into method `{method}`, and the request does not say which service it comes from: a Weft client stamps `weft-version: <digest>/<service>` on its calls (`/<service>` on those no edge of its covers), so this one comes from a service without Weft (or with an older Weft), which must send `weft-version: /<service>` itself"
         ),
     }
 }

@@ -46,7 +46,8 @@ pub const WEFT_OK: i32 = 0;
 pub const WEFT_E_ARGUMENT: i32 = 1;
 /// Config/YAML/element/proto error: `weft_last_error()` has the full diagnostic.
 pub const WEFT_E_CONFIG: i32 = 2;
-/// No edge of this service matches (side, method): pass the RPC through untouched.
+/// No edge of this service matches (side, method): pass the RPC through untouched, but
+/// for the caller's stamp on the client side (`weft_caller_stamp`).
 pub const WEFT_E_NO_EDGE: i32 = 3;
 /// An out buffer was too small: each `WeftBuf.len` holds the size needed; call
 /// `weft_call_output`.
@@ -1084,6 +1085,43 @@ pub unsafe extern "C" fn weft_version_word(rt: *const WeftRuntime) -> *const u64
         Ok(WEFT_OK)
     });
     word
+}
+
+/// The `weft-version` stamp to give a client call that `weft_request` answered with
+/// `WEFT_E_NO_EDGE`: `/<service>`, an empty digest (no chain ran here) and this runtime's
+/// service. A server into whose method edges from several services lead picks the edge by
+/// the service, and refuses a request that names none; with this, a caller whose config
+/// does not have its edge yet is still known. It replaces a `weft-version` the call's
+/// metadata has already (an application that copies its incoming metadata passes its
+/// caller's on, which names a service whose client side did not run for this call), as
+/// `weft_request` does on a call it runs a chain for. It is the same for the life of the
+/// runtime: ask once. `out.len` 0 when the service cannot be named in a header (not
+/// printable ASCII): then remove a `weft-version` the call has. `WEFT_E_BUFFER` sets
+/// `out.len` to the size needed.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_caller_stamp(rt: *const WeftRuntime, out: *mut WeftBuf) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        if out.is_null() {
+            return Err(FfiError::argument("`out` is NULL"));
+        }
+        // SAFETY: non-NULL, valid and exclusively ours for the call (the contract).
+        let out = unsafe { &mut *out };
+        let stamp = rt.engine.caller_stamp();
+        let stamp = stamp.as_deref().map(str::as_bytes);
+        if !fits(out, stamp) {
+            out.len = stamp.map_or(0, <[u8]>::len);
+            return Ok(WEFT_E_BUFFER);
+        }
+        // SAFETY: the stamp fits (checked above); the caller guarantees `out` is writable
+        // for its `cap`.
+        unsafe { copy_out(out, stamp) };
+        Ok(WEFT_OK)
+    })
 }
 
 /// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):

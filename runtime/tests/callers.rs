@@ -14,10 +14,10 @@ use std::ffi::CString;
 use common::{echo_edge, encode_metadata, examples, options, two_strings};
 use weft_hostcalls::Code;
 use weft_runtime::ffi::{
-    WEFT_E_METADATA, WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK,
-    WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD, WEFT_VERDICT_REJECT, WeftBuf, WeftCall, WeftCounters,
-    WeftRuntime, weft_close, weft_counters, weft_open_yaml, weft_reload_yaml, weft_request,
-    weft_rpc_abandon,
+    WEFT_E_ARGUMENT, WEFT_E_BUFFER, WEFT_E_METADATA, WEFT_OBSERVES_REQUEST_MESSAGE,
+    WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK, WEFT_SIDE_SERVER, WEFT_VERDICT_FORWARD,
+    WEFT_VERDICT_REJECT, WeftBuf, WeftCall, WeftCounters, WeftRuntime, weft_caller_stamp,
+    weft_close, weft_counters, weft_open_yaml, weft_reload_yaml, weft_request, weft_rpc_abandon,
 };
 use weft_runtime::{Engine, EngineError, Metadata, RequestOutcome, Side, Verdict};
 
@@ -328,10 +328,10 @@ fn a_refusal_shows_a_hostile_stamps_service_cut_short_and_escaped() {
 }
 
 #[test]
-fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
-    // A client stamps only calls it has an edge for: `cart` on the config before its edge
-    // sends nothing, and a server on the new config refuses it (docs/config.md, "Rollouts").
-    // `cart` runs Weft for another edge, but has none into `echo.Echo/Say` yet.
+fn a_new_caller_is_named_by_its_caller_stamp_before_its_runtime_has_its_edge() {
+    // The config that adds `cart`'s edge reaches the server first. `cart` runs Weft for
+    // another edge but has none into `echo.Echo/Say` yet: the library runs nothing for the
+    // call, and the binding adds the caller stamp, `/cart`, to its metadata.
     let before = format!(
         "{}  cart->web:\n    from: cart\n    to: web\n    method: echo.Echo/SayStream\n    client:\n      - metrics\n",
         web_only()
@@ -347,19 +347,37 @@ fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
         .err()
         .unwrap();
     assert!(matches!(e, EngineError::NoEdge { .. }), "{e:?}");
+    let stamp = cart_before.caller_stamp().expect("cart can be named");
+    let mut md = Metadata::new();
+    md.insert(STAMP.into(), stamp);
+    assert_eq!(caller(&md), "cart");
     let echo_after = open(&two_callers(), "echo");
+    let out = serve(&echo_after, md.clone(), "mallory");
+    assert!(
+        rejected(&out).is_none(),
+        "cart's edge, which has no firewall"
+    );
+    assert!(out.rpc.is_some(), "cart's edge runs metrics, which waits");
+    // On the config before, the server runs its one edge for anyone, as it did.
+    let echo_before = open(&web_only(), "echo");
+    let (code, _) =
+        rejected(&serve(&echo_before, md, "mallory")).expect("web's firewall, the only edge");
+    assert_eq!(code, Code::PermissionDenied);
+    assert_eq!(echo_after.rpc_counters().unknown_callers, 0);
+
+    // A request that carries no stamp at all (a caller without Weft) is still refused, and
+    // the refusal says how to name a caller.
     let out = serve(&echo_after, Metadata::new(), "mallory");
     let (code, message) = rejected(&out).expect("refused");
     assert_eq!(code, Code::PermissionDenied);
     assert!(
-        message.contains("only on calls its config gives it an edge for"),
-        "the refusal says why a Weft caller may send no stamp: {message}"
+        message.contains("`/<service>` on those no edge of its covers"),
+        "the refusal says a Weft caller always names itself: {message}"
     );
 
     // The other order: `cart` has its edge first and names itself; the server on the config
-    // before runs the one edge for it, as it did for its unstamped requests.
+    // before runs the one edge for it.
     let cart_after = open(&two_callers(), "cart");
-    let echo_before = open(&web_only(), "echo");
     let (code, _) = rejected(&serve(
         &echo_before,
         sent_by(&cart_after, "mallory"),
@@ -376,6 +394,52 @@ fn a_new_caller_is_named_only_once_its_runtime_has_its_edge() {
         ))
         .is_none()
     );
+}
+
+#[test]
+fn the_c_abi_gives_the_caller_stamp_once_a_buffer_fits_it() {
+    let rt = open_c(&two_callers(), c"cart");
+    let mut small = [0u8; 3];
+    let mut out = WeftBuf {
+        ptr: small.as_mut_ptr(),
+        len: 0,
+        cap: small.len(),
+    };
+    // SAFETY: a live runtime and a buffer writable for its cap.
+    assert_eq!(unsafe { weft_caller_stamp(rt, &mut out) }, WEFT_E_BUFFER);
+    assert_eq!(out.len, "/cart".len(), "the size needed");
+    let mut big = [0u8; 64];
+    out = WeftBuf {
+        ptr: big.as_mut_ptr(),
+        len: 0,
+        cap: big.len(),
+    };
+    // SAFETY: as above.
+    assert_eq!(unsafe { weft_caller_stamp(rt, &mut out) }, WEFT_OK);
+    assert_eq!(&big[..out.len], b"/cart");
+    // SAFETY: a live runtime; a NULL `out` is an argument error, not a crash.
+    assert_eq!(
+        unsafe { weft_caller_stamp(rt, std::ptr::null_mut()) },
+        WEFT_E_ARGUMENT
+    );
+    // SAFETY: NULL is allowed, and closed once.
+    unsafe {
+        assert_ne!(weft_caller_stamp(std::ptr::null(), &mut out), WEFT_OK);
+        weft_close(rt);
+    }
+
+    // A service that only serves may have a name no header can carry: it has no stamp.
+    let yaml = format!(
+        "{}  web->caf\u{e9}:\n    from: web\n    to: caf\u{e9}\n    method: echo.Echo/SayStream\n    server:\n      - metrics\n",
+        two_callers()
+    );
+    let rt = open_c(&yaml, c"caf\xc3\xa9");
+    out.len = 99;
+    // SAFETY: a live runtime and a buffer writable for its cap.
+    assert_eq!(unsafe { weft_caller_stamp(rt, &mut out) }, WEFT_OK);
+    assert_eq!(out.len, 0);
+    // SAFETY: closed once.
+    unsafe { weft_close(rt) };
 }
 
 #[test]
