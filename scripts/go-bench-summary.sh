@@ -29,7 +29,7 @@ END {
         if (!(base in n)) continue
         b = median(base, "ns"); bc = median(base, "cpu")
         printf "%-28s %10s %10s %10s %12s %14s %14s\n", "benchmark (median)", "ns/op", "B/op", "allocs/op", "added ns/op", "cpu-ns/op", "added cpu-ns"
-        nv = split("none handwritten handwritten-noencode weft-client weft-server weft weft-records", vs, " ")
+        nv = split("none weft-no-edge handwritten handwritten-noencode weft-client weft-server weft weft-records", vs, " ")
         for (k = 1; k <= nv; k++) {
             name = "Benchmark" groups[g] "/" vs[k]
             if (!(name in n)) continue
