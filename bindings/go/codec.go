@@ -152,19 +152,34 @@ func contiguous(s mem.BufferSlice) ([]byte, mem.Buffer) {
 }
 
 // byteStash holds the received bytes of unary server requests from the codec to the
-// interceptor. A request whose interceptor never runs (another interceptor failed the call
-// first, or the codec is installed without Weft's interceptor) would stay here, so a shard
-// that reaches its bound of entries or of bytes drops the requests that decoded (their
-// interceptors, if they run, marshal the message themselves) and the bytes of those that
-// did not. Such a request keeps its entry, since without it the interceptor could not tell
-// it from a good one, but not its bytes: its interceptor, if it runs, refuses it before
-// the chain (INVALID_ARGUMENT, as always for a request that did not decode). Before, each
-// kept its buffer for the life of the process: 300 malformed 1 MiB requests refused by an
-// auth interceptor outside Weft's held 300 MiB. When entries that did not decode alone fill
-// a shard, put refuses the new one.
+// interceptor. A request whose interceptor never runs would stay here: another interceptor
+// failed the call first, the codec is installed without Weft's interceptor, or the call
+// ended between the decode and the interceptor (grpc-go's RecvMsg of a unary request reads
+// once more for the end of the client's side, and a cancellation, a deadline or a reset
+// there fails it: the handler then returns that error without calling the interceptor).
+//
+// So a shard sweeps after every stashSweepFloor requests put into it (or after as many as
+// the entries that did not decode it keeps, when more) and drops the entries made before
+// its previous sweep: those have waited through at least that many later requests, where
+// a request that reaches its interceptor waits only until grpc-go has read the end of the
+// stream. A shard that keeps no entries that did not decode holds at most twice
+// stashSweepFloor entries of calls that ended that way.
+// Until 2026-11-27 they stayed until a shard held stashBound entries, 65 536 in all: the
+// Go soak test's live heap grew all through a 25-minute run (docs/benchmarks.md, "Soak",
+// run 4). A shard that reaches its bound of entries or of bytes sweeps every entry.
+//
+// A sweep drops the requests that decoded (their interceptors, if they run after all,
+// marshal the message themselves) and the bytes of those that did not. Such a request
+// keeps its entry, since without it the interceptor could not tell it from a good one,
+// but not its bytes: its interceptor, if it runs, refuses it before the chain
+// (INVALID_ARGUMENT, as always for a request that did not decode). Before, each kept its
+// buffer for the life of the process: 300 malformed 1 MiB requests refused by an auth
+// interceptor outside Weft's held 300 MiB. When entries that did not decode alone fill a
+// shard, put refuses the new one.
 type stashed struct {
 	buf mem.BufferSlice
 	err error // the request did not decode
+	gen uint32
 }
 
 // free releases the kept bytes (once; a zero stashed holds none).
@@ -185,15 +200,23 @@ type byteStash struct {
 type stashShard struct {
 	mu    sync.Mutex
 	m     map[unsafe.Pointer]stashed
-	bytes int      // what the entries' buffers hold
-	_     [32]byte // keep shards on separate cache lines
+	bytes int // what the entries' buffers hold
+	// gen counts the shard's sweeps: an entry whose gen is not the shard's was made before
+	// the last sweep. puts counts the entries made since; stuck, the older entries the last
+	// sweep kept (they did not decode).
+	gen   uint32
+	puts  int
+	stuck int
+	_     [8]byte // keep shards on separate cache lines
 }
 
 // stashBound and stashShardBytes bound one shard (16 of them): entries, and bytes, which
-// is one request of grpc-go's default maximum size.
+// is one request of grpc-go's default maximum size. stashSweepFloor is how many requests
+// a shard takes between two sweeps at least.
 const (
 	stashBound      = 4096
 	stashShardBytes = 4 << 20
+	stashSweepFloor = 64
 )
 
 var requestBytes byteStash
@@ -225,24 +248,43 @@ func (s *byteStash) put(m proto.Message, b stashed) bool {
 		s.held.Add(-1)
 	}
 	if len(sh.m) >= stashBound || sh.bytes+b.buf.Len() > stashShardBytes {
-		for key, old := range sh.m {
-			sh.bytes -= old.buf.Len()
-			old.buf.Free()
-			if old.err == nil {
-				delete(sh.m, key)
-				s.held.Add(-1)
-			} else {
-				sh.m[key] = stashed{err: old.err}
-			}
-		}
+		s.sweep(sh, true)
 		if len(sh.m) >= stashBound {
 			return false
 		}
+	} else if sh.puts >= max(stashSweepFloor, sh.stuck) {
+		// Entries that did not decode stay, and a pass over them on every put would cost
+		// each request the whole shard: a sweep waits for as many puts as they number.
+		s.sweep(sh, false)
 	}
+	sh.puts++
 	s.held.Add(1)
 	sh.bytes += b.buf.Len()
+	b.gen = sh.gen
 	sh.m[k] = b
 	return true
+}
+
+// sweep drops the entries of sh made before its last sweep (all of them when all is set),
+// or only their bytes when they did not decode (see byteStash). The caller holds sh.mu.
+func (s *byteStash) sweep(sh *stashShard, all bool) {
+	sh.stuck = 0
+	for key, old := range sh.m {
+		if !all && old.gen == sh.gen {
+			continue // made since the last sweep: its interceptor may be about to run
+		}
+		sh.bytes -= old.buf.Len()
+		old.buf.Free()
+		if old.err == nil {
+			delete(sh.m, key)
+			s.held.Add(-1)
+		} else {
+			sh.m[key] = stashed{err: old.err, gen: old.gen}
+			sh.stuck++
+		}
+	}
+	sh.gen++
+	sh.puts = 0
 }
 
 func (s *byteStash) take(m proto.Message) (stashed, bool) {
