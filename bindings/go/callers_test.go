@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -209,7 +210,7 @@ func TestAProxyPassingOnItsCallersMetadataIsNamedAsItself(t *testing.T) {
 // into echo.Echo/* has reached the server but not cart, whose runtime runs no chain for the
 // call. Its binding still names cart ("/cart"), so the server runs cart's edge rather than
 // refuse an unknown caller while the config rolls out. A stamp copied from an incoming call
-// is replaced: it names a service whose client side did not run for this call.
+// names cart instead: its service's client side did not run for this call.
 func TestACallerWithoutItsEdgeYetIsNamedByItsCallerStamp(t *testing.T) {
 	// cart runs Weft (a runtime needs an edge to or from its service) but has no edge
 	// into echo yet.
@@ -257,13 +258,14 @@ func TestACallerWithoutItsEdgeYetIsNamedByItsCallerStamp(t *testing.T) {
 		}
 
 		// A stamp copied from an incoming call names web, whose client side did not run
-		// for this call: cart's replaces it, and web's firewall does not run.
+		// for this call: cart replaces web in it, keeping the version, and web's firewall
+		// does not run.
 		withStamp := metadata.AppendToOutgoingContext(ctx(t), "weft-version", "0123456789abcdef/web")
 		if _, err := cart.Say(withStamp, &echopb.SayRequest{User: "mallory"}); err != nil {
 			t.Fatalf("codec %v: cart's edge for a call passing web's stamp on: %v", codec, err)
 		}
-		if _, md := srv.lastRequest(); !slices.Equal(md.Get("weft-version"), []string{"/cart"}) {
-			t.Fatalf("codec %v: one stamp, cart's: %v", codec, md)
+		if _, md := srv.lastRequest(); !slices.Equal(md.Get("weft-version"), []string{"0123456789abcdef/cart"}) {
+			t.Fatalf("codec %v: one stamp, naming cart: %v", codec, md)
 		}
 	}
 	if n := srt.Counters().UnknownCallers; n != 0 {
@@ -339,5 +341,78 @@ func TestAReloadBetweenOneAndSeveralCallersOfADeferredMethod(t *testing.T) {
 	}
 	if n := impl.rt.Counters().UnknownCallers; n != 1 {
 		t.Fatalf("UnknownCallers = %d, want 1", n)
+	}
+}
+
+// TestAForwardingServiceWithoutAnEdgeKeepsItsCallersVersion: cart, a Weft service with no
+// edge into echo, serves web's calls of echo.Echo/Say by passing them on with the metadata it
+// received, web's stamp among it. Its binding names cart in the stamp but keeps the version
+// web's client half ran, as the library does on a call it has an edge for: echo, reloaded
+// while an RPC of that version is in flight, runs the server half of the same version.
+// Replacing the whole stamp with "/cart" ran echo's new version on web's request.
+func TestAForwardingServiceWithoutAnEdgeKeepsItsCallersVersion(t *testing.T) {
+	cfg := func(deny string) string {
+		return `protos: [echo.proto]
+edges:
+  web->echo:
+    from: web
+    to: echo
+    method: echo.Echo/Say
+    server:
+      - metrics
+      - firewall: {field: user, deny: [` + deny + `]}
+  cart->web:
+    from: cart
+    to: web
+    method: echo.Echo/SayStream
+    client:
+      - metrics
+`
+	}
+	srt := open(t, cfg("mallory"), "echo")
+	release := make(chan struct{})
+	impl := &slowEcho{}
+	impl.during = func() {
+		if impl.calls.Load() == 1 {
+			<-release
+		}
+	}
+	addr := serveSlow(t, impl, srt.ServerOptions()...)
+	cartRT := open(t, cfg("mallory"), "cart")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cartSrv := grpc.NewServer(cartRT.ServerOptions()...)
+	echopb.RegisterEchoServer(cartSrv, &proxy{next: dial(t, addr, cartRT.DialOptions()...)})
+	go func() { _ = cartSrv.Serve(lis) }()
+	t.Cleanup(cartSrv.Stop)
+	webRT := open(t, cfg("mallory"), "web")
+	web := dial(t, addr, webRT.DialOptions()...)
+	viaCart := dial(t, lis.Addr().String(), webRT.DialOptions()...)
+
+	// An RPC of the first version waits in echo's handler, keeping that version alive
+	// there while echo reloads; web and cart stay on it.
+	first := make(chan error, 1)
+	go func() {
+		_, err := web.Say(ctx(t), &echopb.SayRequest{User: "alice", Body: "held"})
+		first <- err
+	}()
+	for impl.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := srt.ReloadYAML(cfg("eve"), echoDir); err != nil {
+		t.Fatal(err)
+	}
+	_, err = web.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "direct"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	_, err = viaCart.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "via cart"})
+	wantCode(t, err, codes.PermissionDenied, "acl")
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := impl.calls.Load(); n != 1 {
+		t.Fatalf("handler calls: %d, want 1: mallory's requests ran echo's new version", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -246,8 +247,10 @@ func (r *Runtime) clientErrorResponse(s *callState, m cstr, rpc uint64, method s
 // caller whose config did not have its edge yet would be refused while the config rolled
 // out. A stamp the call carries already was copied from an incoming call (an application
 // passing its metadata on): it names the caller's caller, whose client side ran for that
-// call, not this one, so it is replaced, as the library replaces it on a call that has an
-// edge (or removed, when this service's name cannot be carried in a header).
+// call, not this one, so its service is replaced with this one, as the library replaces it
+// on a call that has an edge (or dropped, when this service's name cannot be carried in a
+// header). Its digest stays: it names the version the caller's caller ran, which the server
+// runs while it has it, as it did when the stamp passed on untouched.
 func (r *Runtime) stampCaller(ctx context.Context, md metadata.MD) context.Context {
 	stamps := md[versionHeader]
 	switch {
@@ -259,14 +262,22 @@ func (r *Runtime) stampCaller(ctx context.Context, md metadata.MD) context.Conte
 			return metadata.NewOutgoingContext(ctx, r.callerMD)
 		}
 		return metadata.AppendToOutgoingContext(ctx, versionHeader, r.callerStamp)
-	case len(stamps) == 0 || (len(stamps) == 1 && stamps[0] == r.callerStamp):
+	case len(stamps) == 0:
 		return ctx
 	}
+	stamp := r.callerStamp
+	if len(stamps) == 1 {
+		digest, _, _ := strings.Cut(stamps[0], "/")
+		stamp = digest + r.callerStamp
+		if stamp == stamps[0] {
+			return ctx
+		}
+	}
 	md = md.Copy()
-	if r.callerStamp == "" {
+	if stamp == "" {
 		delete(md, versionHeader)
 	} else {
-		md[versionHeader] = []string{r.callerStamp}
+		md[versionHeader] = []string{stamp}
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }

@@ -287,13 +287,15 @@ const uint64_t *weft_version_word(const struct WeftRuntime *rt);
 // `WEFT_E_NO_EDGE`: `/<service>`, an empty digest (no chain ran here) and this runtime's
 // service. A server into whose method edges from several services lead picks the edge by
 // the service, and refuses a request that names none; with this, a caller whose config
-// does not have its edge yet is still known. It replaces a `weft-version` the call's
-// metadata has already (an application that copies its incoming metadata passes its
-// caller's on, which names a service whose client side did not run for this call), as
-// `weft_request` does on a call it runs a chain for. It is the same for the life of the
-// runtime: ask once. `out.len` 0 when the service cannot be named in a header (not
-// printable ASCII): then remove a `weft-version` the call has. `WEFT_E_BUFFER` sets
-// `out.len` to the size needed.
+// does not have its edge yet is still known. A call whose metadata has a `weft-version`
+// already (an application that copies its incoming metadata passes its caller's on, which
+// names a service whose client side did not run for this call) keeps that stamp's digest,
+// the part before its first `/`, followed by this (`<digest>/<service>`): the service is
+// replaced, as `weft_request` replaces it on a call it runs a chain for, and the server
+// runs the version the caller's caller ran while it has it. It is the same for the life
+// of the runtime: ask once. `out.len` 0 when the service cannot be named in a header (not
+// printable ASCII): then keep only the digest of a `weft-version` the call has.
+// `WEFT_E_BUFFER` sets `out.len` to the size needed.
 //
 // # Safety
 // `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.

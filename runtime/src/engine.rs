@@ -74,8 +74,10 @@ const SPARE_BYTES_MAX: usize = 64 * 1024;
 /// request: a server into whose method edges from several services lead runs the edge from
 /// that service. A stamp without a `/` (or before the stamp carried the service) names no
 /// caller. The digest is empty on a call no edge of the caller's covered
-/// ([`Engine::caller_stamp`]): it names no version, so the server runs its current one. The service travels in the stamp rather than a header of its own: a second
-/// header cost grpc-go five allocations and about 1.2 KB per RPC (twenty-ninth session).
+/// ([`Engine::caller_stamp`]) unless the call passed on a copied stamp's: it names no
+/// version, so the server runs its current one. The service travels in the stamp rather
+/// than a header of its own: a second header cost grpc-go five allocations and about
+/// 1.2 KB per RPC (twenty-ninth session).
 pub fn split_stamp(stamp: &str) -> (&str, Option<&str>) {
     match stamp.split_once('/') {
         Some((digest, caller)) => (digest, Some(caller)),
@@ -559,7 +561,8 @@ impl Engine {
 
     /// The `weft-version` stamp of this service's calls that no edge covers, `/<service>`:
     /// an empty digest (this end ran no chain) and the calling service, for the binding to
-    /// add to such a call's metadata when it carries no stamp already. A server into whose
+    /// add to such a call's metadata (after the digest of a stamp the call carries already,
+    /// copied from an incoming call, which names the version to keep). A server into whose
     /// method edges from several services lead picks the edge by the service, so a caller
     /// stays known while a config that gives it its first edge into a method reaches the
     /// server before it (`docs/config.md`, "Several callers of one method"). `None` when
