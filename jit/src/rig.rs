@@ -318,23 +318,26 @@ impl Rig {
                 let (req, response) = input.messages.shared();
                 let mut response = Some(response);
                 let scratch = &mut scratch;
-                let (out, answer) =
-                    c.round_trip(bufs, &mut insts, req, rpc, &mut host, scratch, || {
-                        // `round_trip` asks at most once.
-                        (response.take()).unwrap_or_else(|| Arc::new(Message::response(Vec::new())))
-                    });
+                // Read where `round_trip` returned it: taken apart into two locals, the pair
+                // was first copied with 16-byte loads over the narrower stores that wrote it,
+                // which stalled.
+                let done = c.round_trip(bufs, &mut insts, req, rpc, &mut host, scratch, || {
+                    // `round_trip` asks at most once.
+                    (response.take()).unwrap_or_else(|| Arc::new(Message::response(Vec::new())))
+                });
                 if let Some(unused) = response {
                     self.unused_shared.push(unused);
                 }
-                let outcome = match out.verdict {
+                let decided = done.0.decided;
+                let outcome = match done.0.verdict {
                     SharedVerdict::Forward(req) => {
                         self.delivered_shared.push(req);
                         RunOutcome::Forwarded
                     }
-                    SharedVerdict::Reply(_) => RunOutcome::Replied(out.decided),
-                    SharedVerdict::Reject { .. } => RunOutcome::Rejected(out.decided),
+                    SharedVerdict::Reply(_) => RunOutcome::Replied(decided),
+                    SharedVerdict::Reject { .. } => RunOutcome::Rejected(decided),
                 };
-                if let Some(answer) = answer {
+                if let Some(answer) = done.1 {
                     self.delivered_shared.push(answer);
                 }
                 outcome
