@@ -165,6 +165,21 @@ func (p *proxy) Say(ctx context.Context, req *echopb.SayRequest) (*echopb.SayRep
 	return p.next.Say(metadata.NewOutgoingContext(ctx, md), req)
 }
 
+// serveProxy serves echo.Echo with a proxy whose calls to next go through rt's client side
+// and its own requests through rt's server side; it returns the proxy's address.
+func serveProxy(t *testing.T, rt *weft.Runtime, next string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(rt.ServerOptions()...)
+	echopb.RegisterEchoServer(srv, &proxy{next: dial(t, next, rt.DialOptions()...)})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
 // TestAProxyPassingOnItsCallersMetadataIsNamedAsItself: cart serves front's calls of
 // echo.Echo/Say and makes its own, to echo, copying the request's metadata (front's stamp
 // among it) onto them. Its Weft client restamps with its own service, so echo runs cart's
@@ -180,15 +195,8 @@ func TestAProxyPassingOnItsCallersMetadataIsNamedAsItself(t *testing.T) {
 	srt := open(t, config, "echo")
 	srv, addr := serve(t, "echo-0", srt.ServerOptions()...)
 	cartRT := open(t, config, "cart")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cartSrv := grpc.NewServer(cartRT.ServerOptions()...)
-	echopb.RegisterEchoServer(cartSrv, &proxy{next: dial(t, addr, cartRT.DialOptions()...)})
-	go func() { _ = cartSrv.Serve(lis) }()
-	t.Cleanup(cartSrv.Stop)
-	front := dial(t, lis.Addr().String(), open(t, config, "front").DialOptions()...)
+	proxyAddr := serveProxy(t, cartRT, addr)
+	front := dial(t, proxyAddr, open(t, config, "front").DialOptions()...)
 
 	r, err := front.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "via cart"})
 	if err != nil || r.GetBody() != "via cart" {
@@ -379,17 +387,10 @@ edges:
 	}
 	addr := serveSlow(t, impl, srt.ServerOptions()...)
 	cartRT := open(t, cfg("mallory"), "cart")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cartSrv := grpc.NewServer(cartRT.ServerOptions()...)
-	echopb.RegisterEchoServer(cartSrv, &proxy{next: dial(t, addr, cartRT.DialOptions()...)})
-	go func() { _ = cartSrv.Serve(lis) }()
-	t.Cleanup(cartSrv.Stop)
+	proxyAddr := serveProxy(t, cartRT, addr)
 	webRT := open(t, cfg("mallory"), "web")
 	web := dial(t, addr, webRT.DialOptions()...)
-	viaCart := dial(t, lis.Addr().String(), webRT.DialOptions()...)
+	viaCart := dial(t, proxyAddr, webRT.DialOptions()...)
 
 	// An RPC of the first version waits in echo's handler, keeping that version alive
 	// there while echo reloads; web and cart stay on it.
@@ -404,7 +405,7 @@ edges:
 	if err := srt.ReloadYAML(cfg("eve"), echoDir); err != nil {
 		t.Fatal(err)
 	}
-	_, err = web.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "direct"})
+	_, err := web.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "direct"})
 	wantCode(t, err, codes.PermissionDenied, "acl")
 	_, err = viaCart.Say(ctx(t), &echopb.SayRequest{User: "mallory", Body: "via cart"})
 	wantCode(t, err, codes.PermissionDenied, "acl")
