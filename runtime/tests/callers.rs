@@ -400,20 +400,12 @@ fn a_new_caller_is_named_by_its_caller_stamp_before_its_runtime_has_its_edge() {
 fn the_c_abi_gives_the_caller_stamp_once_a_buffer_fits_it() {
     let rt = open_c(&two_callers(), c"cart");
     let mut small = [0u8; 3];
-    let mut out = WeftBuf {
-        ptr: small.as_mut_ptr(),
-        len: 0,
-        cap: small.len(),
-    };
+    let mut out = WeftBuf::over(&mut small);
     // SAFETY: a live runtime and a buffer writable for its cap.
     assert_eq!(unsafe { weft_caller_stamp(rt, &mut out) }, WEFT_E_BUFFER);
     assert_eq!(out.len, "/cart".len(), "the size needed");
     let mut big = [0u8; 64];
-    out = WeftBuf {
-        ptr: big.as_mut_ptr(),
-        len: 0,
-        cap: big.len(),
-    };
+    out = WeftBuf::over(&mut big);
     // SAFETY: as above.
     assert_eq!(unsafe { weft_caller_stamp(rt, &mut out) }, WEFT_OK);
     assert_eq!(&big[..out.len], b"/cart");
