@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -350,7 +351,7 @@ type clientStream struct {
 	// which its headers carry, so the server runs that version for the whole stream. Later
 	// messages pass it so the client runs the same one after a reload (while the version
 	// lives: the library keeps one only as long as a request of it waits); nil when the
-	// stream opened unstamped.
+	// headers carry the caller's metadata as it was (no chain ran, or its stamp was there).
 	stampedMD metadata.MD
 
 	pending handleQueue
@@ -568,8 +569,11 @@ func (c *clientStream) stream(md metadata.MD, dst string) (grpc.ClientStream, er
 		var stamped metadata.MD
 		if md != nil {
 			ctx = metadata.NewOutgoingContext(ctx, md)
-			if stamp := md[versionHeader]; len(stamp) > 0 && len(c.md[versionHeader]) == 0 {
-				stamped = metadata.Join(c.md, metadata.MD{versionHeader: stamp})
+			// The caller's metadata may carry a stamp of its own, copied from an incoming
+			// call: it names the caller's caller, and its digest another version, or none.
+			if stamp := md[versionHeader]; len(stamp) > 0 && !slices.Equal(stamp, c.md[versionHeader]) {
+				stamped = c.md.Copy()
+				stamped[versionHeader] = stamp
 			}
 		} else {
 			// No chain ran for a message before the stream opened (no edge covers it, or

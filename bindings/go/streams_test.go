@@ -568,14 +568,23 @@ func TestStreamWithServerCodecBuiltByHandRejectsCorruptMessages(t *testing.T) {
 // A stream runs the version its first message was stamped with: its headers carry the stamp,
 // so the server runs that version for the whole stream, and so does the client for later
 // messages after a reload, while a request of that version still waits for its response.
+// Also when the caller's metadata carries a stamp copied from an incoming call (here one of a
+// caller without an edge, which names no version): the chain's stamp replaces it.
 func TestClientStreamKeepsItsVersionAcrossAReload(t *testing.T) {
+	t.Run("unstamped", func(t *testing.T) { clientStreamKeepsItsVersion(t, ctx(t)) })
+	t.Run("copied stamp", func(t *testing.T) {
+		clientStreamKeepsItsVersion(t, metadata.AppendToOutgoingContext(ctx(t), "weft-version", "/web"))
+	})
+}
+
+func clientStreamKeepsItsVersion(t *testing.T, callCtx context.Context) {
 	cfg := func(deny string) string {
 		return edge("echo.Echo/SayStream", "    client:\n      - metrics\n      - firewall: {field: user, deny: ["+deny+"]}\n")
 	}
 	crt := open(t, cfg("mallory"), "frontend")
 	srv, addr := serve(t, "echo-0")
 	c := dial(t, addr, crt.DialOptions()...)
-	stream, err := c.SayStream(ctx(t))
+	stream, err := c.SayStream(callCtx)
 	if err != nil {
 		t.Fatal(err)
 	}
