@@ -253,6 +253,12 @@ func interceptorBench(b *testing.B, cold bool) {
 		rt := open(b, benchClientYAML, "frontend")
 		run(b, rt.UnaryClientInterceptor(), grpc.ForceCodecV2(weft.ClientCodec()))
 	})
+	// A runtime with no edge for the method (echo's): what Weft adds to a call it has no
+	// policy for, the library's answer and the caller stamp.
+	b.Run("weft-no-edge", func(b *testing.B) {
+		rt := open(b, benchClientYAML, "echo")
+		run(b, rt.UnaryClientInterceptor(), grpc.ForceCodecV2(weft.ClientCodec()))
+	})
 	// With logging's and metrics' records handed to Go, as the hand-written variant hands its
 	// log records to slog. They are collected on another goroutine: cpu-ns/op counts the
 	// whole process, Close's last collection included.

@@ -2,11 +2,13 @@
 //! them, for instruction counts (`valgrind --tool=callgrind`) and profiles of the runtime's
 //! own path around the compiled chain (docs/benchmarks.md, "Go").
 //!
-//! `ffi_iters client|server|exchange|both N [cold|evict-only]`: the client side runs
+//! `ffi_iters client|server|exchange|both|no-edge N [cold|evict-only]`: the client side runs
 //! logging, ratelimit, firewall and fault; the server side runs metrics, as in
 //! `BenchmarkEcho`. `server` makes the request and the response call; `exchange` defers the
 //! request path to the response's call (`weft_server_exchange`), as the Go server does for
-//! a request stamped with its version.
+//! a request stamped with its version. `no-edge` is a client call of a service that has no
+//! edge for the method (echo's): the library answers `WEFT_E_NO_EDGE`, the cost of Weft on
+//! a call it has no policy for.
 //! `both` runs a client and a server runtime in one process and one thread, each RPC's
 //! client call then its server calls, as the echo benchmark's process does (and any service
 //! that calls others while it serves): its count against the sum of `client` and `server`
@@ -19,9 +21,10 @@
 use std::ffi::CString;
 
 use weft_runtime::ffi::{
-    WEFT_DEFERRABLE_REQUEST, WEFT_OBSERVES_REQUEST_MESSAGE, WEFT_OBSERVES_RESPONSE_MESSAGE,
-    WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_STAMP_LEN, WeftBuf, WeftCall, weft_close,
-    weft_metadata_keys, weft_open_yaml, weft_request, weft_response, weft_server_exchange,
+    WEFT_DEFERRABLE_REQUEST, WEFT_E_NO_EDGE, WEFT_OBSERVES_REQUEST_MESSAGE,
+    WEFT_OBSERVES_RESPONSE_MESSAGE, WEFT_OK, WEFT_SIDE_CLIENT, WEFT_SIDE_SERVER, WEFT_STAMP_LEN,
+    WeftBuf, WeftCall, weft_close, weft_metadata_keys, weft_open_yaml, weft_request, weft_response,
+    weft_server_exchange,
 };
 
 const EDGE: &str = "protos: [echo.proto]
@@ -57,6 +60,8 @@ struct Side {
     call: WeftCall,
     /// The version's stamp, when the request path is deferred to the response's call.
     deferred: Option<[u8; WEFT_STAMP_LEN]>,
+    /// What the request call returns: `WEFT_E_NO_EDGE` for a service without the edge.
+    request_rc: i32,
     // The buffers `call` points into.
     _bufs: (Vec<u8>, Vec<u8>, Vec<u8>),
 }
@@ -66,11 +71,15 @@ const FULL_REQUEST: &[u8] = b"\n\x05alice\x12\x0bhello, echo\x18\x03\"\x05bench"
 const FULL_REPLY: &[u8] = b"\n\x0bhello, echo\x12\x06echo-0";
 
 impl Side {
-    fn open((server, defer): (bool, bool)) -> Side {
+    fn open((server, defer, no_edge): (bool, bool, bool)) -> Side {
         let yaml = CString::new(EDGE).unwrap();
         let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/echo");
         let base = CString::new(base).unwrap();
-        let service = if server { c"echo" } else { c"frontend" };
+        let service = if server || no_edge {
+            c"echo"
+        } else {
+            c"frontend"
+        };
         let side = if server {
             WEFT_SIDE_SERVER
         } else {
@@ -143,6 +152,7 @@ impl Side {
             reply,
             call,
             deferred,
+            request_rc: if no_edge { WEFT_E_NO_EDGE } else { WEFT_OK },
             _bufs: (m, meta, route),
         }
     }
@@ -167,7 +177,8 @@ impl Side {
         call.message = self.request.as_ptr();
         call.message_len = self.request.len();
         // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-        assert_eq!(unsafe { weft_request(self.rt, self.side, call) }, WEFT_OK);
+        let rc = unsafe { weft_request(self.rt, self.side, call) };
+        assert_eq!(rc, self.request_rc);
         if call.rpc == 0 {
             return false;
         }
@@ -189,13 +200,14 @@ impl Drop for Side {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    // (server, deferred) of each runtime.
-    let sides: Vec<(bool, bool)> = match args.next().as_deref() {
-        Some("server") => vec![(true, false)],
-        Some("exchange") => vec![(true, true)],
-        Some("client") => vec![(false, false)],
-        Some("both") => vec![(false, false), (true, false)],
-        _ => panic!("usage: ffi_iters client|server|exchange|both N [cold|evict-only]"),
+    // (server, deferred, without the edge) of each runtime.
+    let sides: Vec<(bool, bool, bool)> = match args.next().as_deref() {
+        Some("server") => vec![(true, false, false)],
+        Some("exchange") => vec![(true, true, false)],
+        Some("client") => vec![(false, false, false)],
+        Some("both") => vec![(false, false, false), (true, false, false)],
+        Some("no-edge") => vec![(false, false, true)],
+        _ => panic!("usage: ffi_iters client|server|exchange|both|no-edge N [cold|evict-only]"),
     };
     let n: u64 = args.next().map_or(1_000_000, |s| s.parse().unwrap());
     // `cold`: before each RPC, write one byte per cache line of a buffer larger than a

@@ -688,6 +688,20 @@ impl Engine {
         method: &str,
         stamp: Option<&str>,
     ) -> Result<Prepared, EngineError> {
+        self.prepare_if_covered(side, method, stamp)?
+            .ok_or_else(|| self.no_edge(side, method))
+    }
+
+    /// [`Engine::prepare`], with a method no edge covers answered `Ok(None)` rather than
+    /// [`EngineError::NoEdge`]: that is the answer for every call of a method without
+    /// policy, and building the error (two strings) is wasted on a caller that only passes
+    /// the call on.
+    pub fn prepare_if_covered(
+        &self,
+        side: Side,
+        method: &str,
+        stamp: Option<&str>,
+    ) -> Result<Option<Prepared>, EngineError> {
         let (stamp, caller) = match stamp.map(split_stamp) {
             Some((digest, caller)) => (Some(digest), caller),
             None => (None, None),
@@ -707,13 +721,7 @@ impl Engine {
         }
         let route = match route {
             Route::Found(route) => route,
-            Route::None => {
-                return Err(EngineError::NoEdge {
-                    service: self.inner.service.clone(),
-                    side: side_name(side),
-                    method: method.to_owned(),
-                });
-            }
+            Route::None => return Ok(None),
             Route::UnknownCaller(edges) => {
                 return Err(EngineError::UnknownCaller {
                     service: self.inner.service.clone(),
@@ -724,11 +732,21 @@ impl Engine {
                 });
             }
         };
-        Ok(Prepared {
+        Ok(Some(Prepared {
             version,
             route,
             side,
-        })
+        }))
+    }
+
+    /// The error [`Engine::prepare`] gives for a method no edge of this service covers on
+    /// `side`.
+    pub fn no_edge(&self, side: Side, method: &str) -> EngineError {
+        EngineError::NoEdge {
+            service: self.inner.service.clone(),
+            side: side_name(side),
+            method: method.to_owned(),
+        }
     }
 
     /// The second half of [`Engine::process_request`].

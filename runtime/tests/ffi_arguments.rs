@@ -12,8 +12,9 @@ use std::ffi::{CStr, CString};
 
 use common::{echo_edge, examples, two_strings};
 use weft_runtime::ffi::{
-    WEFT_E_ARGUMENT, WEFT_OK, WeftBuf, WeftCall, WeftCounters, WeftRuntime, weft_close,
-    weft_counters, weft_last_error, weft_open_yaml, weft_server_exchange,
+    WEFT_E_ARGUMENT, WEFT_E_NO_EDGE, WEFT_OK, WEFT_SIDE_CLIENT, WeftBuf, WeftCall, WeftCounters,
+    WeftRuntime, weft_close, weft_counters, weft_last_error, weft_open_yaml, weft_request,
+    weft_server_exchange,
 };
 
 /// The echo server running `metrics`, whose request path can wait for the response.
@@ -44,11 +45,71 @@ fn exchange(rt: *mut WeftRuntime, method: &[u8], md: &[u8], reply: &[u8]) -> (i3
     };
     // SAFETY: a live runtime, a call whose pointers are valid for their lengths, no stamp.
     let rc = unsafe { weft_server_exchange(rt, &mut call, std::ptr::null(), 0, 0) };
+    (rc, last_error())
+}
+
+/// `weft_request` on the client side of `method`, no metadata: (return code, last error).
+fn client_request(rt: *mut WeftRuntime, method: &[u8]) -> (i32, String) {
+    let request = two_strings("alice", "hi");
+    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
+    let mut call = WeftCall {
+        method: method.as_ptr(),
+        method_len: method.len(),
+        message: request.as_ptr(),
+        message_len: request.len(),
+        out_message: WeftBuf::over(&mut m),
+        out_metadata: WeftBuf::over(&mut meta),
+        route: WeftBuf::over(&mut route),
+        ..WeftCall::default()
+    };
+    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+    let rc = unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) };
+    (rc, last_error())
+}
+
+fn last_error() -> String {
     // SAFETY: valid until this thread's next call into Weft; copied before it.
-    let error = unsafe { CStr::from_ptr(weft_last_error()) }
+    unsafe { CStr::from_ptr(weft_last_error()) }
         .to_string_lossy()
-        .into_owned();
-    (rc, error)
+        .into_owned()
+}
+
+/// `WEFT_E_NO_EDGE` is an answer, given on every call of a method without policy, so its
+/// message is made only when `weft_last_error` asks for it. It must still be that call's
+/// message: the method and side of the last such call, and never shown after a later
+/// failure of another kind.
+#[test]
+fn the_no_edge_answer_names_the_method_and_side_of_the_last_such_call() {
+    let rt = open_server();
+    let reply = two_strings("hi", "echo-1");
+    let (rc, error) = exchange(rt, b"/echo.Echo/Nope", &[], &reply);
+    assert_eq!(rc, WEFT_E_NO_EDGE);
+    assert_eq!(
+        error,
+        "no edge of service `echo` matches server-side method `/echo.Echo/Nope`"
+    );
+    // Asked again, the same text.
+    assert_eq!(last_error(), error);
+
+    // Two answers before the message is asked for: the last call's.
+    assert_eq!(client_request(rt, b"/echo.Echo/Other").0, WEFT_E_NO_EDGE);
+    let (rc, error) = client_request(rt, b"/echo.Echo/Say");
+    assert_eq!(rc, WEFT_E_NO_EDGE);
+    assert_eq!(
+        error,
+        "no edge of service `echo` matches client-side method `/echo.Echo/Say`"
+    );
+
+    // A failure after an answer not yet read: its own message, not the answer's.
+    assert_eq!(client_request(rt, b"/echo.Echo/Other").0, WEFT_E_NO_EDGE);
+    let (rc, error) = exchange(rt, b"/echo.Echo/Say", &[0u8], &reply);
+    assert_eq!(rc, WEFT_E_ARGUMENT);
+    assert!(error.contains("metadata entry 0"), "{error}");
+    // And a success leaves the last error as it was.
+    assert_eq!(exchange(rt, b"/echo.Echo/Say", &[], &reply).0, WEFT_OK);
+    assert_eq!(last_error(), error);
+    // SAFETY: the runtime is live and no call is in flight.
+    unsafe { weft_close(rt) };
 }
 
 fn element_runs(rt: *mut WeftRuntime) -> WeftCounters {
