@@ -6,6 +6,11 @@ GO    ?= go
 WEFT  := target/debug/weft
 # protoc finds its Go plugins where `go install` put them (scripts/install-deps.sh).
 GOBIN_DIR = $(shell $(GO) env GOBIN | grep . || echo "$$($(GO) env GOPATH)/bin")
+# Go caches the binaries it links, keyed by its own inputs: the Rust static library cgo's
+# LDFLAGS name is a file outside them, so after a Rust-only change `go test` ran the old
+# library. A linker flag naming the library's build (mtime and size; -X of a symbol no
+# package defines sets nothing) puts it in the key. $(call GO_LIB,debug|release).
+GO_LIB = -ldflags=-X=weft.library=$$(stat -c %Y.%s $(CURDIR)/target/$(1)/libweft_runtime.a)
 
 .PHONY: all deps build test demo fuzz bench loom aarch64-test lint clean planner-fuzz sanitize \
 	planner-optimality go-gen go-test go-bench go-demo soak
@@ -137,18 +142,18 @@ go-test: go-gen
 	$(CARGO) build --workspace --all-targets
 	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
 	cd examples/go-echo && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
-	cd bindings/go && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...
+	cd bindings/go && $(GO) vet -tags weft_debug ./... && $(GO) test $(call GO_LIB,debug) -tags weft_debug -count=1 ./...
 	# Streams are where goroutines meet (a handler may send and receive on two at once), and
 	# so are handlers that set metadata from several goroutines.
-	cd bindings/go && $(GO) test -race -tags weft_debug -count=1 -run 'Stream|Concurrent' .
+	cd bindings/go && $(GO) test $(call GO_LIB,debug) -race -tags weft_debug -count=1 -run 'Stream|Concurrent' .
 	cd examples/go-echo && $(GO) vet -tags weft_debug ./...
 	cd examples/tenant-quota && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting"; exit 1; }
-	cd examples/tenant-quota && $(GO) vet -tags weft_debug ./... && $(GO) test -tags weft_debug -count=1 ./...
+	cd examples/tenant-quota && $(GO) vet -tags weft_debug ./... && $(GO) test $(call GO_LIB,debug) -tags weft_debug -count=1 ./...
 
 go-bench: go-gen
 	$(CARGO) build --release -p weft-runtime --lib
 	@mkdir -p target
-	cd bindings/go && $(GO) test -run '^$$' -bench 'BenchmarkEcho|BenchmarkInterceptor|BenchmarkServerInterceptor' \
+	cd bindings/go && $(GO) test $(call GO_LIB,release) -run '^$$' -bench 'BenchmarkEcho|BenchmarkInterceptor|BenchmarkServerInterceptor' \
 		-benchtime 2s -count 3 . | tee ../../target/go-bench.txt
 	./scripts/go-bench-summary.sh target/go-bench.txt
 
@@ -161,7 +166,7 @@ go-bench: go-gen
 SOAK_SECONDS ?= 600
 soak: go-gen
 	$(CARGO) build --release -p weft-runtime --lib
-	cd bindings/go && WEFT_SOAK_SECONDS=$(SOAK_SECONDS) $(GO) test -run '^TestSoak$$' -count=1 -v \
+	cd bindings/go && WEFT_SOAK_SECONDS=$(SOAK_SECONDS) $(GO) test $(call GO_LIB,release) -run '^TestSoak$$' -count=1 -v \
 		-timeout $$(( $(SOAK_SECONDS) + 300 ))s .
 
 # The echo server and client as two processes, the chain linked into both.
@@ -170,7 +175,7 @@ go-demo: go-gen
 	@echo "== Go demo: grpc-go client (frontend) -> server (echo), examples/go-echo/weft.yaml in-process"
 	@echo "== where each element runs (weft plan):"
 	@$(WEFT) plan --config examples/go-echo/weft.yaml | sed '/^  cost/q'
-	GOFLAGS="$$GOFLAGS -tags=weft_debug" ./examples/go-echo/demo.sh
+	GOFLAGS="$$GOFLAGS -tags=weft_debug $(call GO_LIB,debug)" ./examples/go-echo/demo.sh
 
 clean:
 	$(CARGO) clean

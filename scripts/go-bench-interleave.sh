@@ -5,8 +5,13 @@
 # rounds of each variant's cost added over `none` measured in the same round (so a change of
 # load between rounds cancels out), and the ratios to the hand-written interceptors.
 #
-#   (cd bindings/go && go test -c -o /tmp/before.test .)   # at the old commit
-#   (cd bindings/go && go test -c -o /tmp/after.test .)    # at the new one
+#   lib() { echo "-ldflags=-X=weft.library=$(stat -c %Y.%s ../../target/release/libweft_runtime.a)"; }
+#   (cd bindings/go && go test -c "$(lib)" -o /tmp/before.test .)   # at the old commit
+#   (cd bindings/go && go test -c "$(lib)" -o /tmp/after.test .)    # at the new one
+#
+# The -ldflags naming the library's build matter: Go caches linked test binaries by its own
+# inputs, which leave out the Rust library, so without them a change to the library alone
+# gives /tmp/after.test the library of /tmp/before.test.
 #   ROUNDS=10 scripts/go-bench-interleave.sh /tmp/before.test /tmp/after.test
 #
 # VARIANTS (default "none handwritten handwritten-noencode weft") picks the sub-benchmarks;
