@@ -20,13 +20,15 @@ use crate::value::{Message, MsgKind, Value, canonical_float};
 pub enum BuiltinError {
     #[error("randomi({lo}, {hi}): the range is empty; `hi` must be greater than `lo`")]
     EmptyRange { lo: i64, hi: i64 },
-    #[error("randomf({lo}, {hi}): both bounds must be finite numbers")]
+    // Floats in messages as `str` writes them (`Debug`): `Display` spells 1e308 out in
+    // 309 digits.
+    #[error("randomf({lo:?}, {hi:?}): both bounds must be finite numbers")]
     NonFiniteBound { lo: f64, hi: f64 },
     #[error("quantile of an empty collection is undefined")]
     EmptyQuantile,
     /// NaN, or outside [0, 1]: numpy's `quantile`, whose default the built-in follows,
     /// refuses those too (clamping them answered a question nobody asked).
-    #[error("quantile: q is {q}; it must be a number between 0 and 1")]
+    #[error("quantile: q is {q:?}; it must be a number between 0 and 1")]
     QuantileOutOfRange { q: f64 },
     /// `int(x)` or `uint(x)` of a value the result cannot hold: nothing loses data silently.
     #[error("{function}({value}): {reason}")]
@@ -1048,6 +1050,19 @@ mod tests {
                 Err(BuiltinError::QuantileOutOfRange { q })
             );
         }
+        // The message writes q as `str` would, not in 309 digits.
+        assert_eq!(
+            quantile(&floats(&[1.0]), 1e308).map_err(|e| e.to_string()),
+            Err("quantile: q is 1e308; it must be a number between 0 and 1".into())
+        );
+        assert_eq!(
+            BuiltinError::NonFiniteBound {
+                lo: 0.0,
+                hi: f64::INFINITY
+            }
+            .to_string(),
+            "randomf(0.0, inf): both bounds must be finite numbers"
+        );
         assert_eq!(quantile(&floats(&[7.0]), 0.3).unwrap(), 7.0);
         let inf = floats(&[f64::INFINITY, f64::INFINITY, 1.0]);
         assert_eq!(quantile(&inf, 0.9).unwrap(), f64::INFINITY);

@@ -365,6 +365,14 @@ fn bench_prints_nanoseconds_per_rpc_for_both_executors() {
         r#"{"user": "alice", "body": "hi"}"#,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Times of a debug build say little about a service's: the command says when it is one
+    // (the test binary and `weft` are built with the same profile).
+    assert_eq!(
+        stderr(&out).contains("this weft is a debug build"),
+        cfg!(debug_assertions),
+        "{}",
+        stderr(&out)
+    );
     let text = stdout(&out);
     for want in ["interp:", "jit:", "ns/RPC", "speed-up:"] {
         assert!(text.contains(want), "{want} missing in:\n{text}");

@@ -948,6 +948,14 @@ fn cmd_bench(
         elements.len(),
         method.full_name
     );
+    if cfg!(debug_assertions) {
+        // `cargo run` gives a debug build, whose times are many times a release build's
+        // and whose interpreter/JIT ratio is not the deployed one.
+        errln!(
+            "weft bench: this weft is a debug build, so these times are not what a service \
+             sees; build it with `cargo build --release -p weft-runtime --bin weft`"
+        );
+    }
     let mut results = Vec::new();
     for (name, fusion) in kinds {
         let mut rig = Rig::with_start(
