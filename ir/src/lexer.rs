@@ -257,7 +257,13 @@ impl Lexer<'_> {
                 '/' if self.peek2() == Some('/') => self.skip_comment(),
                 '\'' | '"' => self.string(c),
                 '0'..='9' => self.number(),
-                '.' if self.peek2().is_some_and(|d| d.is_ascii_digit()) => self.number(),
+                '.' if self.peek2().is_some_and(|d| d.is_ascii_digit()) => {
+                    if self.follows_a_value() {
+                        self.element_index();
+                    } else {
+                        self.number();
+                    }
+                }
                 c if c.is_alphabetic() || c == '_' => self.name(),
                 _ => self.punct(c),
             }
@@ -461,6 +467,32 @@ impl Lexer<'_> {
                     .hint = Some("known escapes: \\n \\t \\r \\0 \\\\ \\' \\\" \\xHH".into());
             }
         }
+    }
+
+    /// Whether the character before the cursor ends a value (a name, a number, a string, a
+    /// `)`): `.1` there is someone reading a pair's element, not the number 0.1.
+    fn follows_a_value(&self) -> bool {
+        self.src[..self.pos]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ')' | '\'' | '"'))
+    }
+
+    /// `p.0`, `p.1`: pairs have no element access. Reported once and skipped, so the parser
+    /// does not report the float `0.1` it would otherwise see after a value.
+    fn element_index(&mut self) {
+        let start = self.pos;
+        self.pos += 1;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.pos += 1;
+        }
+        let text = &self.src[start..self.pos];
+        self.error(
+            start,
+            self.pos,
+            format!("`{text}` does not read an element: pairs have no element access"),
+        )
+        .hint = Some("unpack the pair into locals: `(a, b) = p`".into());
     }
 
     fn number(&mut self) {

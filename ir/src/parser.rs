@@ -1077,6 +1077,15 @@ impl Parser {
                     if self.at(&Tok::Comma) {
                         self.error_here("tuples have exactly two elements").hint =
                             Some("nest pairs: `(a, (b, c))`".into());
+                        // The rest of the tuple is read, so its `)` is not reported too.
+                        while self.eat(&Tok::Comma) {
+                            self.expr();
+                        }
+                        let _ = self.expect(&Tok::RParen, "`)` to close the tuple");
+                        return Expr {
+                            kind: ExprKind::Error,
+                            span: start,
+                        };
                     }
                     if self.expect(&Tok::RParen, "`)` to close the pair").is_err() {
                         return Expr {

@@ -369,3 +369,32 @@ fn a_run_of_one_unexpected_character_is_one_diagnostic() {
         render_all(&src, &diags)
     );
 }
+
+/// Two mistakes of someone used to Python, each reported once, where the error is: a third
+/// element of a tuple (not also the `)` the parser then expected), and `p.1` for a pair's
+/// element (not `found \`0.1\``, a number the source does not have).
+#[test]
+fn tuple_mistakes_are_reported_once_where_they_are() {
+    let section = |body: &str| {
+        format!("state:\n    pass\ninit():\n{body}req(rpc):\n    pass\nresp(rpc):\n    pass\n")
+    };
+    let errs = parse_errors(&section("    x = ('a', 'b', 'c')\n"));
+    assert_eq!(errs, ["tuples have exactly two elements"], "{errs:?}");
+    let errs = parse_errors(&section(
+        "    p = ('a', 1)\n    if p.1 > 0:\n        pass\n",
+    ));
+    assert_eq!(
+        errs,
+        ["`.1` does not read an element: pairs have no element access"],
+        "{errs:?}"
+    );
+    // A number written `.5` is still one, after an operator, a `(` or a space.
+    for ok in [
+        "    x = .5\n",
+        "    x = 1.0 + .5\n",
+        "    x = min(.5, 1.0)\n",
+    ] {
+        let errs = parse_errors(&section(ok));
+        assert!(errs.is_empty(), "{ok}: {errs:?}");
+    }
+}
