@@ -392,21 +392,29 @@ fn entries(mut bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
 /// metadata was decoded and again for each entry written back: quadratic in the number of
 /// such keys. 40 000 of them (1 MiB of headers; grpc-go accepts 16 MiB) took seconds per
 /// request. Every value still comes back.
+///
+/// Timed as a ratio, four times the keys against a quarter of them (about 4x when linear,
+/// 16x as it was), each the shortest of three runs: an absolute limit failed whenever the
+/// machine was busy.
 #[test]
 fn many_repeated_header_keys_cost_linear_time() {
     let n = 40_000;
-    let md = repeated_keys(n);
+    let (quarter, md) = (repeated_keys(n / 4), repeated_keys(n));
     let server = open("deep", &[], &["logging"], 0);
     let client = open("front", &["logging"], &[], 0);
     for (rt, side) in [(&server, WEFT_SIDE_SERVER), (&client, WEFT_SIDE_CLIENT)] {
-        let started = Instant::now();
-        let a = request(rt, side, &md, ALICE);
-        let took = started.elapsed();
-        assert_eq!(a.verdict, WEFT_VERDICT_FORWARD);
+        let time = |md: &[u8]| {
+            shortest_of_three(|| {
+                assert_eq!(request(rt, side, md, ALICE).verdict, WEFT_VERDICT_FORWARD)
+            })
+        };
+        let (short, long) = (time(&quarter), time(&md));
         assert!(
-            took < Duration::from_millis(1500),
-            "side {side}: {n} repeated keys took {took:?}"
+            long < short * 8,
+            "side {side}: {n} repeated keys took {long:?}, a quarter of them {short:?}"
         );
+        let a = request(rt, side, &md, ALICE);
+        assert_eq!(a.verdict, WEFT_VERDICT_FORWARD);
         if let Some(out) = a.metadata {
             let mut out = entries(&out);
             out.retain(|(k, _)| k != "weft-version");
@@ -417,6 +425,18 @@ fn many_repeated_header_keys_cost_linear_time() {
             assert!(out == sent, "every value comes back, each key's in order");
         }
     }
+}
+
+/// The shortest of three runs of `f`: the one the rest of the machine disturbed least.
+fn shortest_of_three(mut f: impl FnMut()) -> Duration {
+    (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            f();
+            started.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
 }
 
 /// A record keeps its message until it is collected, and a queue counted only records:
