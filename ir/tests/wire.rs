@@ -1571,8 +1571,10 @@ fn a_large_oneof_renders_in_time_linear_in_its_records() {
         String::from_utf8(out).unwrap(),
         format!("{{\"m{last}\":{last}}}")
     );
+    // About 0.5 s in a debug build now, 12 s before: the limit leaves room for a busy
+    // machine and still tells the two apart.
     assert!(
-        took < std::time::Duration::from_secs(2),
+        took < std::time::Duration::from_secs(6),
         "{} bytes took {took:?}",
         bytes.len()
     );
