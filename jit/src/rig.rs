@@ -96,7 +96,9 @@ pub struct Rig {
     // The boxes themselves are what is kept: freeing one is the cost to keep out.
     #[allow(clippy::vec_box)]
     spent_boxes: Vec<Box<(Message, Message)>>,
-    pub request: Message,
+    /// The requests the RPCs take in turn, starting over after the last: never empty (the
+    /// one the rig was made with, then any [`Rig::add_requests`] added).
+    requests: Vec<Message>,
     pub response: Message,
     runner: Runner,
     rpc: RpcInfo,
@@ -169,7 +171,7 @@ impl Rig {
             unused_owned: Vec::new(),
             unused_shared: Vec::new(),
             spent_boxes: Vec::new(),
-            request,
+            requests: vec![request],
             response,
             runner,
             spare: Vec::new(),
@@ -213,6 +215,12 @@ impl Rig {
         (self.delivered_owned.iter()).chain(self.delivered_shared.iter().map(|m| &**m))
     }
 
+    /// More requests for the RPCs to take in turn after the rig's own, e.g. of several users,
+    /// so a per-user limit is measured on the path most of its RPCs take.
+    pub fn add_requests(&mut self, more: impl IntoIterator<Item = Message>) {
+        self.requests.extend(more);
+    }
+
     /// Drops the records and the delivered messages of the RPCs run since the last drain.
     pub fn drain(&mut self) {
         self.channels.clear();
@@ -228,7 +236,9 @@ impl Rig {
     pub fn input(&mut self) -> RpcInput {
         self.last_id = self.last_id.wrapping_add(1);
         self.last_at = self.last_at.max(self.clock.now()) + self.tick;
-        let (request, response) = (self.request.clone(), self.response.clone());
+        // Outside the timed part: the index costs the chain nothing.
+        let turn = (self.last_id - 1) % self.requests.len() as u64;
+        let (request, response) = (self.requests[turn as usize].clone(), self.response.clone());
         RpcInput {
             id: self.last_id,
             at: self.last_at,

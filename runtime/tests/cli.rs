@@ -591,6 +591,41 @@ fn bench_starts_instances_as_sim_does() {
     );
 }
 
+/// Several `--message`s are taken in turn, so a chain that treats users apart is timed on
+/// the mix (one request alone timed a firewall's path for that user only).
+#[test]
+fn bench_takes_several_messages_in_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = echo_config(
+        tmp.path(),
+        "      - firewall: {field: user, deny: [mallory]}\n",
+    );
+    let users = ["alice", "mallory", "bob"].map(|u| format!(r#"{{"user": "{u}"}}"#));
+    let mut more = vec!["--executor", "both"];
+    for u in &users {
+        more.extend(["--message", u.as_str()]);
+    }
+    let out = bench_e(&cfg, "30", &more);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Each executor: one RPC in three is mallory's.
+    assert_eq!(
+        text.matches("(20 of 30 reached the server)").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(text.matches("firewall rejected 10").count(), 2, "{text}");
+
+    // A bad one is named by its place.
+    let out = bench_e(&cfg, "30", &["--message", "{}", "--message", "{"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("--message 2 is not JSON"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn check_refuses_a_method_it_cannot_check_against() {
     // --method without a proto to find it in.

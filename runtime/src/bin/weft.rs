@@ -106,9 +106,11 @@ enum Command {
         executor: BenchExecutor,
         #[arg(long, default_value_t = 100_000)]
         n: u64,
-        /// The request as JSON (default `{}`), encoded once with the method's schema.
+        /// The request as JSON (default `{}`), encoded once with the method's schema; repeat
+        /// it for several, which the RPCs take in turn (a per-user limit then sees several
+        /// users).
         #[arg(long)]
-        message: Option<String>,
+        message: Vec<String>,
         /// A request header (gRPC metadata) every timed RPC carries; repeat for more.
         #[arg(long = "header", value_name = "NAME=VALUE")]
         headers: Vec<String>,
@@ -248,7 +250,7 @@ fn main() -> ExitCode {
             n,
             message,
             headers,
-        } => cmd_bench(&config, &edge, executor, n, message.as_deref(), &headers),
+        } => cmd_bench(&config, &edge, executor, n, &message, &headers),
         Command::Plan {
             config,
             edge,
@@ -893,7 +895,7 @@ fn cmd_bench(
     edge: &str,
     executor: BenchExecutor,
     n: u64,
-    message: Option<&str>,
+    messages: &[String],
     headers: &[String],
 ) -> Result<ExitCode> {
     if n == 0 {
@@ -914,19 +916,31 @@ fn cmd_bench(
         .first()
         .context("the edge has no methods")?
         .clone();
-    let json: serde_json::Value =
-        serde_json::from_str(message.unwrap_or("{}")).context("--message is not JSON")?;
-    let req = weft_ir::wire::json_to_bytes(&method.request, &json)?;
-    let mut request = weft_hostcalls::Message::request(req);
-    for h in headers {
-        let Some((name, value)) = h.split_once('=') else {
-            bail!("--header `{h}`: write NAME=VALUE");
-        };
-        // As gRPC delivers them: metadata keys are lower-case.
-        request
-            .headers
-            .insert(name.to_ascii_lowercase(), value.to_owned());
+    let default = ["{}".to_owned()];
+    let messages = if messages.is_empty() {
+        &default[..]
+    } else {
+        messages
+    };
+    let mut requests = Vec::with_capacity(messages.len());
+    for (k, message) in messages.iter().enumerate() {
+        let json: serde_json::Value = serde_json::from_str(message)
+            .with_context(|| format!("--message {} is not JSON", k + 1))?;
+        let req = weft_ir::wire::json_to_bytes(&method.request, &json)
+            .with_context(|| format!("--message {}", k + 1))?;
+        let mut request = weft_hostcalls::Message::request(req);
+        for h in headers {
+            let Some((name, value)) = h.split_once('=') else {
+                bail!("--header `{h}`: write NAME=VALUE");
+            };
+            // As gRPC delivers them: metadata keys are lower-case.
+            request
+                .headers
+                .insert(name.to_ascii_lowercase(), value.to_owned());
+        }
+        requests.push(request);
     }
+    let request = requests.remove(0);
     let resp = weft_ir::wire::json_to_bytes(&method.response, &serde_json::json!({}))?;
     let response = weft_hostcalls::Message::response(resp);
     let elements: Vec<_> = loaded
@@ -968,6 +982,7 @@ fn cmd_bench(
                 Ok(())
             },
         )?;
+        rig.add_requests(requests.iter().cloned());
         // Warm up (compiles nothing more; fills caches and allocator pools).
         for _ in 0..n.min(1000) {
             rig.run();
