@@ -338,6 +338,8 @@ impl Frame<'_, '_, '_> {
             .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))
     }
 
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, e: RuntimeError) {
         if self.ctx.err == 0 {
             self.error = Some(e);
@@ -347,17 +349,24 @@ impl Frame<'_, '_, '_> {
 }
 
 /// Runs a host function body: errors and panics set `ctx.err` and yield `default`.
+///
+/// The body's error is handed to `fail` inside the unwinding guard, where the body left it:
+/// matched outside, the whole `Result` (an error's width) was copied out of the guard's
+/// return slot on every call, error or not.
 fn guard<R: Copy>(
     f: &mut Frame<'_, '_, '_>,
     default: R,
     body: impl FnOnce(&mut Frame<'_, '_, '_>) -> Result<R, RuntimeError>,
 ) -> R {
-    match catch_unwind(AssertUnwindSafe(|| body(&mut *f))) {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+    let ran = catch_unwind(AssertUnwindSafe(|| match body(&mut *f) {
+        Ok(r) => r,
+        Err(e) => {
             f.fail(e);
             default
         }
+    }));
+    match ran {
+        Ok(r) => r,
         Err(_) => {
             f.fail(RuntimeError::Type("a host function panicked".into()));
             default
