@@ -422,12 +422,22 @@ impl Cell {
 
     /// [`Cell::contains`] of `Value::Str(key)`. Strings are canonical keys already.
     fn contains_str(&self, spec: &VarSpec, key: &str) -> Result<bool, StateError> {
+        match self.map_contains_str(key) {
+            Some(found) => Ok(found),
+            // A scalar or vector refuses a string key, with the error any key gets.
+            None => self.contains(spec, &Value::Str(key.to_owned())),
+        }
+    }
+
+    /// Whether a map cell holds `key`; `None` for other cells. Small and without an error,
+    /// so that the stores' local path inlines it and its answer comes back in a register.
+    #[inline]
+    fn map_contains_str(&self, key: &str) -> Option<bool> {
         let probe: &dyn MapKey = &key;
         match self {
-            Cell::Map(m) => Ok(m.contains_key(probe)),
-            Cell::Fifo(f) => Ok(f.entries.contains_key(probe)),
-            // These refuse a string key; the error is the one any key gets.
-            Cell::Scalar(_) | Cell::Vec(_) => self.contains(spec, &Value::Str(key.to_owned())),
+            Cell::Map(m) => Some(m.contains_key(probe)),
+            Cell::Fifo(f) => Some(f.entries.contains_key(probe)),
+            Cell::Scalar(_) | Cell::Vec(_) => None,
         }
     }
 
@@ -1143,6 +1153,12 @@ impl StateStore for InstanceStore {
     }
 
     fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        // A local map (the firewall's list) needs neither the lock nor a frame for it.
+        if let Some(Slot::Local(_, cell)) = self.slots.get(var)
+            && let Some(found) = cell.map_contains_str(key)
+        {
+            return Ok(found);
+        }
         self.access(var, |target| match target {
             Target::Cell(spec, cell) => cell.contains_str(spec, key),
             Target::Weak(spec, replica, _) => replica.data.contains_str(spec, key),
