@@ -498,29 +498,31 @@ pub type Extracted = Result<Option<Found>, WireError>;
 /// failed before it; an occurrence with the wrong wire type fails only its own field, and
 /// only if it comes before any parse error; a oneof sibling clears an earlier occurrence.
 /// Other fields are skipped by wire type without decoding.
+///
+/// Inlined: one leaf outside any oneof (a segment that reads one top-level field, as a
+/// firewall does) is scanned in the caller, every other case out of line.
+#[inline]
 pub fn extract(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
-    out.clear();
     if let [leaf] = leaves
         && leaf.oneof_siblings.is_empty()
+        && let Some(found) = extract_one(msg, leaf.number, leaf.kind.wire_type())
     {
-        if let Some(found) = extract_one(msg, leaf.number, leaf.kind.wire_type()) {
-            out.push(Ok(found));
-            return;
-        }
-        out.push(Ok(None));
-    } else {
-        out.extend(leaves.iter().map(|_| Ok(None)));
-        if extract_well_formed(msg, leaves, out) {
-            return;
-        }
+        out.clear();
+        out.push(Ok(found));
+        return;
     }
-    extract_failed(msg, leaves, out);
+    extract_many(msg, leaves, out);
 }
 
-/// The rest of [`extract`] once a lean scan gave up: out of line, so the common case does
-/// not set up the frame of the exact scan.
+/// [`extract`] of any leaves: the lean scan, then the exact one if it gave up. For one leaf
+/// outside any oneof the lean scan is [`extract_one`]'s, so it gives up again there.
 #[inline(never)]
-fn extract_failed(msg: &[u8], leaves: &[FieldStep], out: &mut [Extracted]) {
+fn extract_many(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
+    out.clear();
+    out.extend(leaves.iter().map(|_| Ok(None)));
+    if extract_well_formed(msg, leaves, out) {
+        return;
+    }
     for o in out.iter_mut() {
         *o = Ok(None);
     }
