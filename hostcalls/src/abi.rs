@@ -281,6 +281,13 @@ impl StateStore for BlockStore {
         }
     }
 
+    fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        match self.block_var(var) {
+            Some(_) => Ok(true),
+            None => self.inner.contains_str(var, key),
+        }
+    }
+
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         match self.block_var(var) {
             Some((b, slot)) => BlockStore::store(b, slot, &value),

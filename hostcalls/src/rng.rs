@@ -96,6 +96,9 @@ pub fn random_float(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> f64 {
 /// bound has no uniform distribution, and the result would be NaN or infinite; it is a
 /// run-time error instead, before any draw. `hi < lo` draws from (hi, lo], `lo == hi` gives
 /// `lo`: a computed width of zero (no jitter) is not an error.
+/// Inlined into the JIT's host call, so its result (an error's width) is not returned
+/// through memory.
+#[inline]
 pub fn randomf(rng: &mut dyn RandomSource, lo: f64, hi: f64) -> Result<f64, BuiltinError> {
     if lo.is_finite() && hi.is_finite() {
         Ok(random_float(rng, lo, hi))

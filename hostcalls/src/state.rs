@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::abi::ScalarBlock;
-use crate::value::Value;
+use crate::value::{MapKey, Value};
 
 /// A state variable's index in the element's declaration order.
 pub type VarId = usize;
@@ -224,6 +224,12 @@ pub trait StateStore {
     fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
         Ok(self.get(var, key)?.is_some())
     }
+    /// [`StateStore::contains`] of `Value::Str(key)`, for a caller that holds the string
+    /// borrowed (a message's field): a store that can look it up as it is need not copy it.
+    /// A wrapping store must pass this on, or it pays for the copy.
+    fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        self.contains(var, &Value::Str(key.to_owned()))
+    }
     /// Scalars are replaced; maps insert or replace; vectors replace at `0..len` and append at
     /// `len`, and any other index is [`StateError::IndexOutOfRange`].
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError>;
@@ -264,6 +270,9 @@ impl<S: StateStore + ?Sized> StateStore for &mut S {
     }
     fn contains(&mut self, var: VarId, key: &Value) -> Result<bool, StateError> {
         (**self).contains(var, key)
+    }
+    fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        (**self).contains_str(var, key)
     }
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         (**self).set(var, key, value)
@@ -409,6 +418,27 @@ impl Cell {
             (Cell::Vec(xs), Value::Int(i)) => usize::try_from(*i).is_ok_and(|i| i < xs.len()),
             (Cell::Vec(_), _) => false,
         })
+    }
+
+    /// [`Cell::contains`] of `Value::Str(key)`. Strings are canonical keys already.
+    fn contains_str(&self, spec: &VarSpec, key: &str) -> Result<bool, StateError> {
+        match self.map_contains_str(key) {
+            Some(found) => Ok(found),
+            // A scalar or vector refuses a string key, with the error any key gets.
+            None => self.contains(spec, &Value::Str(key.to_owned())),
+        }
+    }
+
+    /// Whether a map cell holds `key`; `None` for other cells. Small and without an error,
+    /// so that the stores' local path inlines it and its answer comes back in a register.
+    #[inline]
+    fn map_contains_str(&self, key: &str) -> Option<bool> {
+        let probe: &dyn MapKey = &key;
+        match self {
+            Cell::Map(m) => Some(m.contains_key(probe)),
+            Cell::Fifo(f) => Some(f.entries.contains_key(probe)),
+            Cell::Scalar(_) | Cell::Vec(_) => None,
+        }
     }
 
     fn set(&mut self, spec: &VarSpec, key: Value, value: Value) -> Result<(), StateError> {
@@ -591,6 +621,11 @@ impl StateStore for LocalStore {
     fn get(&mut self, var: VarId, key: &Value) -> Result<Option<Value>, StateError> {
         let (spec, cell) = self.var(var)?;
         cell.get(spec, &key.canonical_key())
+    }
+
+    fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        let (spec, cell) = self.var(var)?;
+        cell.contains_str(spec, key)
     }
 
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
@@ -1117,6 +1152,19 @@ impl StateStore for InstanceStore {
         })
     }
 
+    fn contains_str(&mut self, var: VarId, key: &str) -> Result<bool, StateError> {
+        // A local map (the firewall's list) needs neither the lock nor a frame for it.
+        if let Some(Slot::Local(_, cell)) = self.slots.get(var)
+            && let Some(found) = cell.map_contains_str(key)
+        {
+            return Ok(found);
+        }
+        self.access(var, |target| match target {
+            Target::Cell(spec, cell) => cell.contains_str(spec, key),
+            Target::Weak(spec, replica, _) => replica.data.contains_str(spec, key),
+        })
+    }
+
     fn set(&mut self, var: VarId, key: Value, value: Value) -> Result<(), StateError> {
         let key = key.into_canonical_key();
         self.access(var, |target| match target {
@@ -1276,8 +1324,68 @@ mod tests {
                 for (var, key) in probes {
                     let got = s.get(var, &key).map(|v| v.is_some());
                     assert_eq!(s.contains(var, &key), got, "var {var} key {key:?}");
+                    if let Value::Str(k) = &key {
+                        assert_eq!(s.contains_str(var, k), got, "var {var} key {k:?}");
+                    }
                 }
+                assert_eq!(s.contains_str(3, "a"), s.contains(3, &Value::str("a")));
             });
+        }
+    }
+
+    /// A borrowed string key finds what the `Value::Str` would, among keys of every kind
+    /// (which order around strings by variant), in plain and bounded maps of every
+    /// consistency.
+    #[test]
+    fn string_keys_are_found_borrowed() {
+        let keys = [
+            Value::Unit,
+            Value::Bool(true),
+            int(-3),
+            Value::Uint(4),
+            Value::Float(2.5),
+            Value::str(""),
+            Value::str("a"),
+            Value::str("mallory"),
+            Value::str("\u{e9}"),
+            Value::Bytes(b"a".to_vec()),
+            Value::Instant(1.0),
+            Value::pair(Value::str("a"), int(1)),
+            Value::Vec(vec![Value::str("a")]),
+            Value::none(),
+            Value::some(Value::str("a")),
+        ];
+        let probes = [
+            "", "a", "b", "eve", "mallory", "mallory ", "\u{e9}", "zzz", "\0",
+        ];
+        for consistency in [Consistency::Local, Consistency::Strong, Consistency::Weak] {
+            for capacity in [None, Some(64), Some(3)] {
+                if capacity.is_some() && consistency == Consistency::Weak {
+                    continue; // rejected when declared
+                }
+                let mut spec = map("m");
+                spec.consistency = consistency;
+                spec.capacity = capacity;
+                both_stores(&[spec], |s| {
+                    // Every subset of keys is too many; every prefix and every other key.
+                    for (i, key) in keys.iter().enumerate() {
+                        if i % 2 == 0 {
+                            s.set(0, key.clone(), int(i as i64)).unwrap();
+                        }
+                        for p in probes {
+                            let got = s.contains(0, &Value::str(p));
+                            assert_eq!(s.contains_str(0, p), got, "{p:?} after {i} keys");
+                        }
+                    }
+                    for key in &keys {
+                        s.set(0, key.clone(), int(0)).unwrap();
+                        for p in probes {
+                            let got = s.contains(0, &Value::str(p));
+                            assert_eq!(s.contains_str(0, p), got, "{p:?} after {key:?}");
+                        }
+                    }
+                });
+            }
         }
     }
 

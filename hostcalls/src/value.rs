@@ -3,7 +3,7 @@
 //! One representation serves the interpreter, the state stores and the built-in functions, so
 //! that every executor shares the exact semantics of equality, ordering and conversion.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -191,7 +191,7 @@ impl Value {
             Value::Int(_) => 2,
             Value::Uint(_) => 3,
             Value::Float(_) => 4,
-            Value::Str(_) => 5,
+            Value::Str(_) => STR_RANK,
             Value::Bytes(_) => 6,
             Value::Instant(_) => 7,
             Value::Pair(_) => 8,
@@ -331,6 +331,127 @@ impl Ord for Value {
     }
 }
 
+/// A map key looked up in a `BTreeMap<Value, _>` without being made a [`Value`]: a string
+/// borrowed from a message, say, which would otherwise be copied into a `Value::Str` for
+/// every lookup. `Value` borrows as `dyn MapKey`, and both order exactly as [`Value`]'s own
+/// `Ord` does (which `Borrow` requires of a map's key). A borrowed key must already be in
+/// [`Value::canonical_key`] form; strings always are.
+pub trait MapKey {
+    fn key_ref(&self) -> KeyRef<'_>;
+}
+
+/// What a [`MapKey`] compares as. Its one field is private, so a string is always `Str`
+/// whichever way it was made, and the order below agrees with [`Value`]'s.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRef<'a>(KeyRepr<'a>);
+
+#[derive(Clone, Copy, Debug)]
+enum KeyRepr<'a> {
+    Str(&'a str),
+    /// Never a `Value::Str`.
+    Other(&'a Value),
+}
+
+impl<'a> KeyRef<'a> {
+    pub fn str(s: &'a str) -> Self {
+        KeyRef(KeyRepr::Str(s))
+    }
+
+    pub fn value(v: &'a Value) -> Self {
+        match v {
+            Value::Str(s) => KeyRef(KeyRepr::Str(s)),
+            other => KeyRef(KeyRepr::Other(other)),
+        }
+    }
+}
+
+/// `a.cmp(b)`. Map keys looked up by string are mostly short names that differ in their
+/// first bytes; a byte loop there costs a few instructions where `memcmp` costs a call
+/// through the PLT and its set-up. Longer ones still go to `memcmp`.
+#[inline]
+fn short_str_cmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len().min(b.len()) > 16 {
+        return a.cmp(b);
+    }
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// [`Value::rank`] of a string, for comparing a borrowed string with another variant.
+const STR_RANK: u8 = 5;
+
+impl Ord for KeyRef<'_> {
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self.0, other.0) {
+            (KeyRepr::Str(a), KeyRepr::Str(b)) => short_str_cmp(a, b),
+            (KeyRepr::Other(a), KeyRepr::Other(b)) => a.cmp(b),
+            (KeyRepr::Str(_), KeyRepr::Other(b)) => STR_RANK.cmp(&b.rank()),
+            (KeyRepr::Other(a), KeyRepr::Str(_)) => a.rank().cmp(&STR_RANK),
+        }
+    }
+}
+
+impl PartialOrd for KeyRef<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for KeyRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for KeyRef<'_> {}
+
+impl MapKey for Value {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::value(self)
+    }
+}
+
+impl MapKey for &str {
+    #[inline]
+    fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::str(self)
+    }
+}
+
+impl<'a> Borrow<dyn MapKey + 'a> for Value {
+    fn borrow(&self) -> &(dyn MapKey + 'a) {
+        self
+    }
+}
+
+impl Ord for dyn MapKey + '_ {
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key_ref().cmp(&other.key_ref())
+    }
+}
+
+impl PartialOrd for dyn MapKey + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn MapKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for dyn MapKey + '_ {}
+
 impl From<bool> for Value {
     fn from(v: bool) -> Self {
         Value::Bool(v)
@@ -370,6 +491,44 @@ impl From<String> for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Borrow` requires a borrowed key to order as the owned one does.
+    #[test]
+    fn borrowed_keys_order_as_values_do() {
+        let values = [
+            Value::Unit,
+            Value::Bool(false),
+            Value::Int(-1),
+            Value::Uint(1),
+            Value::Float(f64::NAN),
+            Value::str(""),
+            Value::str("a"),
+            Value::str("ab"),
+            Value::str("b"),
+            Value::str("abcdefghijklmnop"),
+            Value::str("abcdefghijklmnopq"),
+            Value::str("abcdefghijklmnopr"),
+            Value::str("abcdefghijklmnoq"),
+            Value::str("\u{e9}t\u{e9}"),
+            Value::Bytes(b"a".to_vec()),
+            Value::Instant(0.0),
+            Value::pair(Value::str("a"), Value::Unit),
+            Value::Vec(vec![]),
+            Value::Map(BTreeMap::new()),
+            Value::none(),
+        ];
+        for a in &values {
+            for b in &values {
+                let (ka, kb): (&dyn MapKey, &dyn MapKey) = (a, b);
+                assert_eq!(ka.cmp(kb), a.cmp(b), "{a:?} against {b:?}");
+                if let Value::Str(s) = a {
+                    let borrowed: &dyn MapKey = &s.as_str();
+                    assert_eq!(borrowed.cmp(kb), a.cmp(b), "{s:?} against {b:?}");
+                    assert_eq!(kb.cmp(borrowed), b.cmp(a), "{b:?} against {s:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn nan_is_not_equal_to_itself_in_the_language_but_orders_in_maps() {

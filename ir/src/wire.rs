@@ -498,7 +498,26 @@ pub type Extracted = Result<Option<Found>, WireError>;
 /// failed before it; an occurrence with the wrong wire type fails only its own field, and
 /// only if it comes before any parse error; a oneof sibling clears an earlier occurrence.
 /// Other fields are skipped by wire type without decoding.
+///
+/// Inlined: one leaf outside any oneof (a segment that reads one top-level field, as a
+/// firewall does) is scanned in the caller, every other case out of line.
+#[inline]
 pub fn extract(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
+    if let [leaf] = leaves
+        && leaf.oneof_siblings.is_empty()
+        && let Some(found) = extract_one(msg, leaf.number, leaf.kind.wire_type())
+    {
+        out.clear();
+        out.push(Ok(found));
+        return;
+    }
+    extract_many(msg, leaves, out);
+}
+
+/// [`extract`] of any leaves: the lean scan, then the exact one if it gave up. For one leaf
+/// outside any oneof the lean scan is [`extract_one`]'s, so it gives up again there.
+#[inline(never)]
+fn extract_many(msg: &[u8], leaves: &[FieldStep], out: &mut Vec<Extracted>) {
     out.clear();
     out.extend(leaves.iter().map(|_| Ok(None)));
     if extract_well_formed(msg, leaves, out) {
@@ -558,6 +577,44 @@ fn extract_well_formed(msg: &[u8], leaves: &[FieldStep], out: &mut [Extracted]) 
     true
 }
 
+/// [`extract_well_formed`] for one leaf outside any oneof (a segment that reads one
+/// top-level field, as a firewall does): the same scan and the same reasons to give up
+/// (`None`), with the leaf's number and wire type in registers and the occurrence kept in
+/// one rather than stored per record through the result slice.
+#[inline]
+fn extract_one(msg: &[u8], number: u32, expected: u8) -> Option<Option<Found>> {
+    let mut found = None;
+    let mut pos = 0;
+    while pos < msg.len() {
+        let (key, p) = varint(msg, pos, 0).ok()?;
+        let wire = (key & 7) as u8;
+        if key > u64::from(u32::MAX) || key >> 3 == 0 {
+            return None;
+        }
+        let (start, end) = match wire {
+            VARINT => (p, varint(msg, p, 0).ok()?.1),
+            I64 => (p, p + 8),
+            I32 => (p, p + 4),
+            LEN => {
+                let (len, q) = varint(msg, p, 0).ok()?;
+                (q, q.checked_add(usize::try_from(len).ok()?)?)
+            }
+            _ => return None,
+        };
+        if end > msg.len() {
+            return None;
+        }
+        if key >> 3 == u64::from(number) {
+            if wire != expected {
+                return None;
+            }
+            found = Some(Found { start, end });
+        }
+        pos = end;
+    }
+    Some(found)
+}
+
 /// [`extract`] record by record with `read`'s parser, errors and all.
 fn extract_exactly(msg: &[u8], leaves: &[FieldStep], out: &mut [Extracted]) {
     // The record parser of `read`, driven directly: one loop, no iterator state.
@@ -615,7 +672,8 @@ pub fn decode_found(
 
 /// The string an extracted `string` field holds, borrowed from `msg` (or from the leaf's
 /// default when absent): [`decode_found`] without the copy, errors and all. `None` when the
-/// leaf is not a string.
+/// leaf is not a string. Inlined: its result, an error's width, went through memory.
+#[inline]
 pub fn found_str<'m>(
     msg: &'m [u8],
     leaf: &'m FieldStep,
@@ -636,6 +694,7 @@ pub fn found_str<'m>(
     })
 }
 
+#[inline]
 fn utf8<'m>(v: Seg<'m>, field: &str) -> Result<&'m str, WireError> {
     weft_hostcalls::text::utf8(v.bytes).map_err(|_| WireError::InvalidUtf8 {
         field: field.to_owned(),

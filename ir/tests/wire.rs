@@ -725,6 +725,21 @@ fn check_extract(bytes: &[u8]) {
                 path.text
             );
         }
+        // Each field alone, as a segment that reads one field extracts it (a path of its
+        // own for a leaf outside any oneof), into the buffer the pass above filled.
+        for (path, leaf) in paths.iter().zip(&leaves) {
+            wire::extract(bytes, std::slice::from_ref(leaf), &mut out);
+            assert_eq!(out.len(), 1);
+            let got = out[0]
+                .clone()
+                .and_then(|found| wire::decode_found(bytes, leaf, found));
+            assert_eq!(
+                got,
+                wire::read(bytes, path),
+                "{name}.{} alone, of {bytes:?}",
+                path.text
+            );
+        }
     }
 }
 

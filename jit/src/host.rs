@@ -252,9 +252,6 @@ impl Iterations {
 pub struct Extraction {
     pub msg: u64,
     pub fields: Vec<wire::Extracted>,
-    /// A string field copied out to be a map key; kept from call to call, so a lookup by a
-    /// field allocates nothing once it has grown.
-    pub key: String,
 }
 
 impl Default for Extraction {
@@ -262,7 +259,6 @@ impl Default for Extraction {
         Extraction {
             msg: UNIT,
             fields: Vec::new(),
-            key: String::new(),
         }
     }
 }
@@ -342,6 +338,8 @@ impl Frame<'_, '_, '_> {
             .ok_or_else(|| RuntimeError::Type(format!("no element {elem} in the segment")))
     }
 
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, e: RuntimeError) {
         if self.ctx.err == 0 {
             self.error = Some(e);
@@ -351,17 +349,24 @@ impl Frame<'_, '_, '_> {
 }
 
 /// Runs a host function body: errors and panics set `ctx.err` and yield `default`.
+///
+/// The body's error is handed to `fail` inside the unwinding guard, where the body left it:
+/// matched outside, the whole `Result` (an error's width) was copied out of the guard's
+/// return slot on every call, error or not.
 fn guard<R: Copy>(
     f: &mut Frame<'_, '_, '_>,
     default: R,
     body: impl FnOnce(&mut Frame<'_, '_, '_>) -> Result<R, RuntimeError>,
 ) -> R {
-    match catch_unwind(AssertUnwindSafe(|| body(&mut *f))) {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+    let ran = catch_unwind(AssertUnwindSafe(|| match body(&mut *f) {
+        Ok(r) => r,
+        Err(e) => {
             f.fail(e);
             default
         }
+    }));
+    match ran {
+        Ok(r) => r,
         Err(_) => {
             f.fail(RuntimeError::Type("a host function panicked".into()));
             default
@@ -1026,7 +1031,7 @@ fn field(tables: &Tables, id: u64) -> Result<&FieldPath, RuntimeError> {
 /// A field of a message: from the frame's extraction pass when the field is part of it (one
 /// scan of the bytes serves every such field the segment reads), otherwise `wire::read`.
 fn read_field(f: &mut Frame<'_, '_, '_>, msg: u64, id: u64) -> Result<Value, RuntimeError> {
-    if let Some(x) = extracted_field(f, msg, id)? {
+    if let Some(x) = extracted_field(f.tables, f.arena, f.extracted, msg, id)? {
         return Ok(wire::decode_found(x.bytes, x.leaf, x.found)?);
     }
     let path = field(f.tables, id)?;
@@ -1047,25 +1052,27 @@ struct ExtractedField<'f> {
 /// the CPU cannot forward from those stores (a stall, seen in `perf annotate`).
 #[inline(always)]
 fn extracted_field<'f>(
-    f: &'f mut Frame<'_, '_, '_>,
+    tables: &'f Tables,
+    arena: &'f [Value],
+    extracted: &mut Extraction,
     msg: u64,
     id: u64,
 ) -> Result<Option<ExtractedField<'f>>, RuntimeError> {
     let Some(slot) = usize::try_from(id)
         .ok()
-        .and_then(|i| f.tables.extract_slot.get(i).copied().flatten())
+        .and_then(|i| tables.extract_slot.get(i).copied().flatten())
     else {
         return Ok(None);
     };
-    let m = match usize::try_from(msg).ok().and_then(|i| f.arena.get(i)) {
+    let m = match usize::try_from(msg).ok().and_then(|i| arena.get(i)) {
         Some(Value::Msg(m)) => m,
         _ => return Ok(None),
     };
-    if f.extracted.msg != msg {
-        wire::extract(&m.bytes, &f.tables.extract, &mut f.extracted.fields);
-        f.extracted.msg = msg;
+    if extracted.msg != msg {
+        wire::extract(&m.bytes, &tables.extract, &mut extracted.fields);
+        extracted.msg = msg;
     }
-    match (f.tables.extract.get(slot), f.extracted.fields.get(slot)) {
+    match (tables.extract.get(slot), extracted.fields.get(slot)) {
         (Some(leaf), Some(got)) => Ok(Some(ExtractedField {
             bytes: &m.bytes,
             leaf,
@@ -1079,34 +1086,28 @@ fn extracted_field<'f>(
 }
 
 /// `get(map_state, str(get(rpc, field)))` under patterns that bind nothing: the string is
-/// copied from the message into the frame's reused key buffer, not into a new value.
+/// looked up where it lies in the message (`StateStore::contains_str`), not copied out.
 extern "C" fn hc_state_contains_field(f: F, elem: i64, var: u64, msg: u64, id: u64) -> u64 {
     guard(f, NONE, |f| {
-        let mut key = Value::Str(std::mem::take(&mut f.extracted.key));
-        let copied = match extracted_field(f, msg, id)? {
-            Some(x) => match wire::found_str(x.bytes, x.leaf, x.found) {
-                Some(s) => {
-                    let s = s?;
-                    if let Value::Str(k) = &mut key {
-                        k.clear();
-                        k.push_str(s);
-                    }
-                    true
-                }
-                None => false,
-            },
-            None => false,
+        let var = var as usize;
+        // The fields apart, so the key can stay borrowed from the arena while the store is
+        // borrowed from the instances.
+        let found = match extracted_field(f.tables, f.arena, f.extracted, msg, id)? {
+            Some(x) => wire::found_str(x.bytes, x.leaf, x.found),
+            None => None,
         };
-        if !copied {
-            // Not a string the extraction pass found: read it as `get(rpc, field)` does.
-            key = read_field(f, msg, id)?;
-        }
-        let present =
-            store_of(f.instances, elem).and_then(|store| Ok(store.contains(var as usize, &key)?));
-        if let Value::Str(k) = key {
-            f.extracted.key = k;
-        }
-        Ok(if present? { 0 } else { NONE })
+        let present = match found {
+            Some(key) => {
+                let key = key?;
+                store_of(f.instances, elem)?.contains_str(var, key)?
+            }
+            None => {
+                // Not a string the extraction pass found: read it as `get(rpc, field)` does.
+                let key = read_field(f, msg, id)?;
+                store_of(f.instances, elem)?.contains(var, &key)?
+            }
+        };
+        Ok(if present { 0 } else { NONE })
     })
 }
 
