@@ -30,40 +30,42 @@ fn open_server() -> *mut WeftRuntime {
 /// `weft_server_exchange` of an OK response `reply` for `method` with metadata `md`:
 /// (return code, the thread's last error).
 fn exchange(rt: *mut WeftRuntime, method: &[u8], md: &[u8], reply: &[u8]) -> (i32, String) {
+    with_call(method, md, reply, |call| {
+        // SAFETY: a live runtime, a call whose pointers are valid for their lengths, no stamp.
+        unsafe { weft_server_exchange(rt, call, std::ptr::null(), 0, 0) }
+    })
+}
+
+/// `weft_request` on the client side of `method`, no metadata: (return code, last error).
+fn client_request(rt: *mut WeftRuntime, method: &[u8]) -> (i32, String) {
+    with_call(method, &[], &two_strings("alice", "hi"), |call| {
+        // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
+        unsafe { weft_request(rt, WEFT_SIDE_CLIENT, call) }
+    })
+}
+
+/// Runs `f` on a call of `method` with metadata `md` and message `message`, with room for
+/// its outputs: (what `f` returns, the thread's last error).
+fn with_call(
+    method: &[u8],
+    md: &[u8],
+    message: &[u8],
+    f: impl FnOnce(&mut WeftCall) -> i32,
+) -> (i32, String) {
     let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
     let mut call = WeftCall {
         method: method.as_ptr(),
         method_len: method.len(),
         metadata: md.as_ptr(),
         metadata_len: md.len(),
-        message: reply.as_ptr(),
-        message_len: reply.len(),
+        message: message.as_ptr(),
+        message_len: message.len(),
         out_message: WeftBuf::over(&mut m),
         out_metadata: WeftBuf::over(&mut meta),
         route: WeftBuf::over(&mut route),
         ..WeftCall::default()
     };
-    // SAFETY: a live runtime, a call whose pointers are valid for their lengths, no stamp.
-    let rc = unsafe { weft_server_exchange(rt, &mut call, std::ptr::null(), 0, 0) };
-    (rc, last_error())
-}
-
-/// `weft_request` on the client side of `method`, no metadata: (return code, last error).
-fn client_request(rt: *mut WeftRuntime, method: &[u8]) -> (i32, String) {
-    let request = two_strings("alice", "hi");
-    let (mut m, mut meta, mut route) = (vec![0u8; 256], vec![0u8; 256], vec![0u8; 64]);
-    let mut call = WeftCall {
-        method: method.as_ptr(),
-        method_len: method.len(),
-        message: request.as_ptr(),
-        message_len: request.len(),
-        out_message: WeftBuf::over(&mut m),
-        out_metadata: WeftBuf::over(&mut meta),
-        route: WeftBuf::over(&mut route),
-        ..WeftCall::default()
-    };
-    // SAFETY: a live runtime and a call whose pointers are valid for their lengths.
-    let rc = unsafe { weft_request(rt, WEFT_SIDE_CLIENT, &mut call) };
+    let rc = f(&mut call);
     (rc, last_error())
 }
 
