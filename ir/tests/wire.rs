@@ -711,34 +711,30 @@ fn check_extract(bytes: &[u8]) {
             .collect();
         assert!(!paths.is_empty(), "{name} has extractable fields");
         let leaves: Vec<FieldStep> = paths.iter().filter_map(|p| p.leaf().cloned()).collect();
-        let mut out = Vec::new();
-        wire::extract(bytes, &leaves, &mut out);
-        assert_eq!(out.len(), paths.len());
-        for ((path, leaf), got) in paths.iter().zip(&leaves).zip(&out) {
+        // What the extraction found for `leaf` decodes to what `read` gives for its path.
+        let agrees = |got: &wire::Extracted, path: &FieldPath, leaf: &FieldStep, how: &str| {
             let got = got
                 .clone()
                 .and_then(|found| wire::decode_found(bytes, leaf, found));
             assert_eq!(
                 got,
                 wire::read(bytes, path),
-                "{name}.{} of {bytes:?}",
+                "{name}.{}{how}, of {bytes:?}",
                 path.text
             );
+        };
+        let mut out = Vec::new();
+        wire::extract(bytes, &leaves, &mut out);
+        assert_eq!(out.len(), paths.len());
+        for ((path, leaf), got) in paths.iter().zip(&leaves).zip(&out) {
+            agrees(got, path, leaf, "");
         }
         // Each field alone, as a segment that reads one field extracts it (a path of its
         // own for a leaf outside any oneof), into the buffer the pass above filled.
         for (path, leaf) in paths.iter().zip(&leaves) {
             wire::extract(bytes, std::slice::from_ref(leaf), &mut out);
             assert_eq!(out.len(), 1);
-            let got = out[0]
-                .clone()
-                .and_then(|found| wire::decode_found(bytes, leaf, found));
-            assert_eq!(
-                got,
-                wire::read(bytes, path),
-                "{name}.{} alone, of {bytes:?}",
-                path.text
-            );
+            agrees(&out[0], path, leaf, " alone");
         }
     }
 }
