@@ -2,12 +2,10 @@ package weft
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -171,34 +169,10 @@ func (sayServer) Say(_ context.Context, req *echopb.SayRequest) (*echopb.SayRepl
 // grew all through a 25-minute run (docs/benchmarks.md, "Soak", run 4). Entries that have
 // waited through a sweep of their shard are now let go.
 func TestStashLetsGoOfRequestsWhoseCallEndedBeforeTheInterceptor(t *testing.T) {
-	const yaml = `protos: [echo.proto]
-edges:
-  frontend->echo:
-    from: frontend
-    to: echo
-    method: echo.Echo/Say
-    server:
-      - firewall: {field: user, deny: [mallory]}
-`
-	rt, err := OpenYAML(yaml, "../../examples/echo", "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev := serverEvents{decoded: make(chan struct{}, 1), ended: make(chan struct{}, 1)}
-	srv := grpc.NewServer(append(rt.ServerOptions(), grpc.StatsHandler(ev))...)
-	echopb.RegisterEchoServer(srv, sayServer{})
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	_, conn := firewalledEcho(t, "echo.Echo/Say", func(srv *grpc.Server) {
+		echopb.RegisterEchoServer(srv, sayServer{})
+	}, grpc.StatsHandler(ev))
 	wait := func(c chan struct{}, what string) {
 		t.Helper()
 		select {

@@ -19,24 +19,6 @@ import (
 // names without an edge that clients send, while a method with an edge still runs its chain
 // and is kept once.
 func TestUnknownMethodsAreNotKept(t *testing.T) {
-	const yaml = `protos: [echo.proto]
-edges:
-  frontend->echo:
-    from: frontend
-    to: echo
-    method: echo.Echo/SayStream
-    server:
-      - firewall: {field: user, deny: [mallory]}
-`
-	rt, err := OpenYAML(yaml, "../../examples/echo", "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Answers any method with its name.
 	anyMethod := func(_ any, stream grpc.ServerStream) error {
 		var req echopb.SayRequest
@@ -46,14 +28,7 @@ edges:
 		name, _ := grpc.MethodFromServerStream(stream)
 		return stream.SendMsg(&echopb.SayReply{Body: name})
 	}
-	srv := grpc.NewServer(append(rt.ServerOptions(), grpc.UnknownServiceHandler(anyMethod))...)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	rt, conn := firewalledEcho(t, "echo.Echo/SayStream", func(*grpc.Server) {}, grpc.UnknownServiceHandler(anyMethod))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -80,4 +55,40 @@ edges:
 	if n := len(*rt.methods.Load()); n != 1 {
 		t.Fatalf("the runtime keeps %d methods, want 1: the one with an edge", n)
 	}
+}
+
+// firewalledEcho serves, on a loopback port, the echo service's runtime with the firewall
+// (mallory denied) on the server side of method, its server options then opts, and the
+// handlers register adds; it returns the runtime and a plain client's connection, all
+// closed when the test ends.
+func firewalledEcho(t *testing.T, method string, register func(*grpc.Server), opts ...grpc.ServerOption) (*Runtime, *grpc.ClientConn) {
+	t.Helper()
+	yaml := `protos: [echo.proto]
+edges:
+  frontend->echo:
+    from: frontend
+    to: echo
+    method: ` + method + `
+    server:
+      - firewall: {field: user, deny: [mallory]}
+`
+	rt, err := OpenYAML(yaml, "../../examples/echo", "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(append(rt.ServerOptions(), opts...)...)
+	register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return rt, conn
 }
