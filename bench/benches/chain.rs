@@ -8,6 +8,8 @@
 //! * `five_chain/…` — the same RPCs with only the chain timed: each batch's message copies
 //!   are made before it, and its records and the messages it handed on are dropped after
 //!   it, as the transport and the channel reader do in a service;
+//! * `five_system_clock/…` — `five_chain` with the elements reading the system clock, as
+//!   in a service, instead of the virtual one;
 //! * `per_element/{1,11}` — a fused chain of 1 and 11 `count` elements (the difference / 10 is
 //!   the cost of one simple element);
 //! * `compile/ten` — compiling a fused 10-element chain (both directions);
@@ -54,6 +56,20 @@ fn five(c: &mut Criterion) {
     for (name, rig) in &mut rigs {
         g.bench_function(*name, |b| b.iter_custom(|n| time_batches(rig, n, |_| {})));
     }
+    g.bench_function("hand_written", |b| {
+        b.iter_custom(|n| time_batches(&mut hand, n, |_| {}))
+    });
+    g.finish();
+
+    // As `five_chain`, with the elements reading the system clock as a service's do: each
+    // reading is a vDSO call, and the executors read once per pass where the hand-written
+    // elements, each on its own, read five times an RPC.
+    let mut g = c.benchmark_group("five_system_clock");
+    for (name, rig) in &mut rigs {
+        rig.use_system_clock();
+        g.bench_function(*name, |b| b.iter_custom(|n| time_batches(rig, n, |_| {})));
+    }
+    hand.use_system_clock();
     g.bench_function("hand_written", |b| {
         b.iter_custom(|n| time_batches(&mut hand, n, |_| {}))
     });

@@ -9,7 +9,8 @@
 //! A third argument `chain` runs the RPCs as the `five_chain` benchmarks do
 //! (`weft_jit::rig::time_batches`: the message copies made before each batch, the records and
 //! delivered messages dropped after it), so the chain's share of a profile stands apart,
-//! and prints the timed part per RPC.
+//! and prints the timed part per RPC. A fourth, `system-clock`, has the elements read the
+//! system clock, as a service's do, instead of the virtual one.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -26,6 +27,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let chain_only = args.next().as_deref() == Some("chain");
+    let system_clock = args.next().as_deref() == Some("system-clock");
     let chain = match case.as_str() {
         "one" => counters(1),
         "eleven" => counters(11),
@@ -41,6 +43,9 @@ fn main() {
     match case.as_str() {
         "hand_written" | "messages_only" => {
             let mut hand = HandRig::new(&method).unwrap();
+            if system_clock {
+                hand.use_system_clock();
+            }
             if chain_only && case == "hand_written" {
                 let timed = time_batches(&mut hand, n, |reached| assert!(reached));
                 print_per_rpc(timed, n);
@@ -56,6 +61,9 @@ fn main() {
         }
         _ => {
             let mut rig = Rig::new(&elements, fusion, req, resp).unwrap();
+            if system_clock {
+                rig.use_system_clock();
+            }
             if chain_only {
                 let timed = time_batches(&mut rig, n, |_| {});
                 print_per_rpc(timed, n);

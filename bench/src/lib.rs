@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use weft_hostcalls::channel::{ChannelRecord, ChannelSink, Name};
-use weft_hostcalls::clock::Clock;
+use weft_hostcalls::clock::{Clock, MonotonicClock};
 use weft_hostcalls::rng::{self, SeededRng};
 use weft_hostcalls::{Code, Message, Value, VirtualClock};
 use weft_ir::config::Config;
@@ -324,6 +324,8 @@ impl HandChain {
 pub struct HandRig {
     pub chain: HandChain,
     clock: VirtualClock,
+    /// As [`weft_jit::rig::Rig::use_system_clock`].
+    system_clock: Option<MonotonicClock>,
     pub channels: Vec<ChannelRecord>,
     /// The requests the server got and the responses the client got since the last drain.
     delivered: Vec<Arc<Message>>,
@@ -350,6 +352,7 @@ impl HandRig {
         Ok(HandRig {
             chain: HandChain::new(user, 0.0)?,
             clock: VirtualClock::new(0.0),
+            system_clock: None,
             channels: Vec::new(),
             delivered: Vec::new(),
             unused: Vec::new(),
@@ -358,6 +361,11 @@ impl HandRig {
             last_id: 0,
             last_at: 0.0,
         })
+    }
+
+    /// The elements read the system clock from now on (as [`weft_jit::rig::Rig::use_system_clock`]).
+    pub fn use_system_clock(&mut self) {
+        self.system_clock = Some(MonotonicClock::new());
     }
 
     /// One RPC through the five elements, copies and draining included; whether the
@@ -393,7 +401,10 @@ impl HandRig {
     pub fn run_input(&mut self, input: HandInput) -> bool {
         self.clock.set(input.at);
         let mut cx = Cx {
-            clock: &self.clock,
+            clock: match &self.system_clock {
+                Some(system) => system,
+                None => &self.clock,
+            },
             channels: &mut self.channels,
             rpc_id: input.id,
         };

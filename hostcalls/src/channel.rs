@@ -86,7 +86,8 @@ pub struct ChannelRecord {
     pub channel: Name,
     /// The RPC being processed when the value was emitted.
     pub rpc_id: u64,
-    /// The executor's clock ([`crate::clock::Clock::now`]) at the emit.
+    /// The instant of the pass that emitted it (`weft_ir::interp::Host::now`): every record
+    /// and every `current_time()` of one pass through a segment share it.
     pub time: f64,
     pub value: Value,
 }

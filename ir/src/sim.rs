@@ -530,6 +530,7 @@ impl Executor for Interp {
         host: &mut Host<'_>,
         scratch: &mut RpcScratch,
     ) -> SegmentRequest {
+        host.start_pass();
         let slots = scratch.slots(interp::scratch_len(elements));
         self.request_in(elements, instances, msg, rpc, host, slots)
     }
@@ -544,6 +545,7 @@ impl Executor for Interp {
         host: &mut Host<'_>,
         scratch: &mut RpcScratch,
     ) -> Message {
+        host.start_pass();
         let slots = scratch.slots(interp::scratch_len(elements));
         self.response_in(elements, instances, start, msg, rpc, host, slots)
     }
@@ -874,10 +876,7 @@ impl<'a> Sim<'a> {
                 SeededRng::for_stream(self.opts.seed, &format!("{}@{replica}", self.scope(k)));
             let store = self.executor.wrap_store(&ir, Box::new(store));
             let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
-            let mut host = Host {
-                clock: &self.clock,
-                channels: &mut self.channels,
-            };
+            let mut host = Host::new(&self.clock, &mut self.channels);
             let first = self.configured.insert(k);
             start_instance(&mut instance, &ir, &el.use_, first, &mut host)?;
             // Local state is per instance, so each one gets the control-plane writes so far.
@@ -1055,10 +1054,7 @@ impl<'a> Sim<'a> {
                 slots.push(self.instance(self.order[j], &replica, &method)?);
             }
             let mut instances = borrow_instances(&mut self.slots, &slots);
-            let mut host = Host {
-                clock: &self.clock,
-                channels: &mut self.channels,
-            };
+            let mut host = Host::new(&self.clock, &mut self.channels);
             let mut scratch = RpcScratch::default();
             let done = self.executor.request(
                 &irs,
@@ -1127,10 +1123,7 @@ impl<'a> Sim<'a> {
                 slots.push(self.instance(self.order[j], replica, &method)?);
             }
             let mut instances = borrow_instances(&mut self.slots, &slots);
-            let mut host = Host {
-                clock: &self.clock,
-                channels: &mut self.channels,
-            };
+            let mut host = Host::new(&self.clock, &mut self.channels);
             resp = self.executor.response(
                 &irs,
                 &mut instances,

@@ -2955,10 +2955,7 @@ pub fn exercise(
         }
     };
     for inst in &mut instances {
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut channels,
-        };
+        let mut host = Host::new(&clock, &mut channels);
         if let Err(err) = interp::run_init(inst, &element, &mut host) {
             if matches!(err, RuntimeError::Type(_)) {
                 return Err(format!(
@@ -2992,10 +2989,7 @@ pub fn exercise(
         let mut scratch = RpcScratch::default();
         let keys = scratch.slots(element.metadata.len());
         let verdict = {
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut channels,
-            };
+            let mut host = Host::new(&clock, &mut channels);
             interp::on_request(inst, &element, req, &rpc, &mut host, keys)
         };
         let runtime_error = inst.errors > errors;
@@ -3054,10 +3048,7 @@ pub fn exercise(
         random_headers(e, &mut resp);
         let (errors, malformed) = (inst.errors, inst.malformed);
         let back = {
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut channels,
-            };
+            let mut host = Host::new(&clock, &mut channels);
             interp::on_response(inst, &element, resp, &rpc, &mut host, keys)
         };
         if back.kind != MsgKind::Response {

@@ -97,20 +97,14 @@ impl Rig {
             channels: Vec::new(),
             scratch: HashMap::new(),
         };
-        let mut host = Host {
-            clock: &rig.clock,
-            channels: &mut rig.channels,
-        };
+        let mut host = Host::new(&rig.clock, &mut rig.channels);
         run_init(&mut rig.inst, &rig.e, &mut host).unwrap();
         rig
     }
 
     fn request_bytes(&mut self, id: u64, bytes: Vec<u8>) -> Verdict {
         let rpc = info(id);
-        let mut host = Host {
-            clock: &self.clock,
-            channels: &mut self.channels,
-        };
+        let mut host = Host::new(&self.clock, &mut self.channels);
         let scratch = self.scratch.entry(id).or_default();
         on_request(
             &mut self.inst,
@@ -129,10 +123,7 @@ impl Rig {
 
     fn response(&mut self, id: u64, msg: Message) -> Message {
         let rpc = info(id);
-        let mut host = Host {
-            clock: &self.clock,
-            channels: &mut self.channels,
-        };
+        let mut host = Host::new(&self.clock, &mut self.channels);
         // An RPC whose request never ran here has a fresh scratch: every key unset.
         let mut scratch = self.scratch.remove(&id).unwrap_or_default();
         let keys = scratch.slots(self.e.metadata.len());

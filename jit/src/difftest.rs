@@ -168,10 +168,7 @@ pub fn compare_program(
     let mut init_ok = true;
     for w in &mut worlds {
         for (inst, el) in w.instances.iter_mut().zip(&chain) {
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut w.channels,
-            };
+            let mut host = Host::new(&clock, &mut w.channels);
             if interp::run_init(inst, el, &mut host).is_err() {
                 init_ok = false;
             }
@@ -213,10 +210,7 @@ pub fn compare_program(
         let mut scratches = [RpcScratch::default(), RpcScratch::default()];
         for ((j, w), scratch) in worlds.iter_mut().take(2).enumerate().zip(&mut scratches) {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut w.channels,
-            };
+            let mut host = Host::new(&clock, &mut w.channels);
             outs.push(if j == 0 {
                 Interp.request(&chain, &mut insts, req.clone(), &rpc, &mut host, scratch)
             } else {
@@ -266,10 +260,7 @@ pub fn compare_program(
         let (trip_out, trip_back) = {
             let w = &mut worlds[2];
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut w.channels,
-            };
+            let mut host = Host::new(&clock, &mut w.channels);
             compiled.round_trip(
                 &mut bufs,
                 &mut insts,
@@ -301,10 +292,7 @@ pub fn compare_program(
         let mut backs = Vec::new();
         for ((j, w), scratch) in worlds.iter_mut().take(2).enumerate().zip(&mut scratches) {
             let mut insts: Vec<&mut Instance> = w.instances.iter_mut().collect();
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut w.channels,
-            };
+            let mut host = Host::new(&clock, &mut w.channels);
             backs.push(if j == 0 {
                 let resp = resp.clone();
                 Interp.response(

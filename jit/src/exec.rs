@@ -142,6 +142,7 @@ impl Compiled {
         host: &mut Host<'_>,
         scratch: &mut RpcScratch,
     ) -> SharedRequest {
+        host.start_pass();
         self.collect_blocks(instances, &mut bufs.blocks);
         let slots = scratch.slots(self.scratch_len());
         let out = self.request_parts(bufs, instances, msg, rpc, host, slots);
@@ -168,6 +169,7 @@ impl Compiled {
         scratch: &mut RpcScratch,
         respond: impl FnOnce() -> Arc<Message>,
     ) -> (SharedRequest, Option<Arc<Message>>) {
+        host.start_pass();
         self.collect_blocks(instances, &mut bufs.blocks);
         let slots = scratch.slots(self.scratch_len());
         if let [part] = self.parts.as_slice()
@@ -184,8 +186,10 @@ impl Compiled {
         let out = self.request_parts(bufs, instances, msg, rpc, host, slots);
         let (start, resp) = out.answer(self.elements.len(), respond);
         let rpc = routed(rpc, &out);
-        let back = (start > 0)
-            .then(|| self.response_parts(bufs, instances, start - 1, resp, &rpc, host, slots));
+        let back = (start > 0).then(|| {
+            host.start_pass();
+            self.response_parts(bufs, instances, start - 1, resp, &rpc, host, slots)
+        });
         bufs.blocks.clear();
         (out, back)
     }
@@ -253,6 +257,7 @@ impl Compiled {
         host: &mut Host<'_>,
         scratch: &mut RpcScratch,
     ) -> Arc<Message> {
+        host.start_pass();
         self.collect_blocks(instances, &mut bufs.blocks);
         let slots = scratch.slots(self.scratch_len());
         let out = self.response_parts(bufs, instances, start, msg, rpc, host, slots);
@@ -594,6 +599,7 @@ impl Compiled {
                         ..RpcCtx::default()
                     };
                     frame.handler = Handler::Resp;
+                    frame.host.start_pass();
                     frame.error = None;
                     frame.iterations = Iterations::default();
                     frame.extracted.msg = UNIT;
@@ -610,6 +616,7 @@ impl Compiled {
         }
         if let Some((start, resp)) = rerouted_answer {
             let rpc = routed(rpc, &out);
+            host.start_pass();
             let back = self.response_parts(bufs, instances, start - 1, resp, &rpc, host, slots);
             return (out, Some(back));
         }

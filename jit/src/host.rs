@@ -570,7 +570,7 @@ extern "C" fn hc_encrypt(f: F, elem: i64, v: u64, key: u64) -> u64 {
 extern "C" fn hc_now(f: F) -> f64 {
     // The clock is the embedder's (`EngineOptions::clock`): guarded like any host call, so a
     // panicking clock fails the RPC instead of unwinding into compiled code (an abort).
-    guard(f, 0.0, |f| Ok(f.host.clock.now()))
+    guard(f, 0.0, |f| Ok(f.host.now()))
 }
 
 extern "C" fn hc_rpc_id(f: F) -> i64 {
@@ -1382,7 +1382,7 @@ fn record(
         .ok()
         .and_then(|c| e.record_channel_ref(c))
         .ok_or_else(|| RuntimeError::Type(format!("channel {chan}")))?;
-    let time = f.host.clock.now();
+    let time = f.host.now();
     let rpc_id = &f.rpc.id;
     // The names are read where the element keeps them, not from copies in this frame: a
     // two-word name copied to the stack with two narrow stores and read back with one wide

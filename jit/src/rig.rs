@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_hostcalls::channel::ChannelRecord;
-use weft_hostcalls::clock::Clock;
+use weft_hostcalls::clock::{Clock, MonotonicClock};
 use weft_hostcalls::state::{SharedState, StateStore};
 use weft_hostcalls::{Message, SeededRng, Value, VirtualClock};
 use weft_ir::interp::{self, Host, Instance, RpcInfo, RpcScratch, Verdict};
@@ -80,6 +80,8 @@ pub struct Rig {
     pub elements: Vec<Arc<Element>>,
     pub instances: Vec<Instance>,
     pub clock: VirtualClock,
+    /// The system clock, when [`Rig::use_system_clock`] put it in the virtual one's place.
+    system_clock: Option<MonotonicClock>,
     /// Virtual seconds between runs (a rate limiter sees time pass).
     pub tick: f64,
     pub channels: Vec<ChannelRecord>,
@@ -149,10 +151,7 @@ impl Rig {
             };
             let rng = SeededRng::for_stream(1, &format!("{}@bench", e.name));
             let mut inst = Instance::new(e.name.clone(), store, Box::new(rng));
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut channels,
-            };
+            let mut host = Host::new(&clock, &mut channels);
             start(k, &mut inst, &mut host)?;
             instances.push(inst);
         }
@@ -164,6 +163,7 @@ impl Rig {
             elements: elements.to_vec(),
             instances,
             clock,
+            system_clock: None,
             tick: 0.001,
             channels,
             delivered_owned: Vec::new(),
@@ -186,6 +186,13 @@ impl Rig {
                 routed: None,
             },
         })
+    }
+
+    /// From now on the elements read the system clock, as a service's do, instead of the
+    /// virtual one (which still numbers the inputs): a reading costs what it costs in
+    /// production (a vDSO call), and time passes as it does there.
+    pub fn use_system_clock(&mut self) {
+        self.system_clock = Some(MonotonicClock::new());
     }
 
     /// Writes a state variable of element `k` (e.g. a control-plane value), through its store.
@@ -257,10 +264,11 @@ impl Rig {
         let rpc = &self.rpc;
         let mut insts = emptied(std::mem::take(&mut self.spare));
         insts.extend(self.instances.iter_mut());
-        let mut host = Host {
-            clock: &self.clock,
-            channels: &mut self.channels,
+        let clock: &dyn Clock = match &self.system_clock {
+            Some(system) => system,
+            None => &self.clock,
         };
+        let mut host = Host::new(clock, &mut self.channels);
         // The RPC's scratch, from its request to its response, as a runtime keeps it.
         let mut scratch = RpcScratch::default();
         let outcome = match &mut self.runner {

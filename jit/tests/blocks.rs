@@ -69,10 +69,7 @@ fn a_block_of_another_layout_is_left_to_the_interpreter() {
     for layout in layouts {
         let clock = VirtualClock::new(1.0);
         let mut records = Vec::new();
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut records,
-        };
+        let mut host = Host::new(&clock, &mut records);
         let mut jit = instance_with_block(&e, layout);
         let mut oracle = Instance::new("rl", local_store(&e), Box::new(SeededRng::new(1)));
         run_init(&mut jit, &e, &mut host).unwrap();
@@ -173,10 +170,7 @@ resp(rpc):
     let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
     let clock = VirtualClock::new(1.0);
     let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = Host::new(&clock, &mut records);
     let mut bufs = Buffers::default();
     let mut run = |inst: &mut Instance| {
         let out = compiled.request(

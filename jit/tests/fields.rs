@@ -136,10 +136,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
     let rpc = rpc();
     let (mut a, mut b) = (side(e, false), side(e, true));
     let ra = {
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut a.channels,
-        };
+        let mut host = Host::new(&clock, &mut a.channels);
         Interp.request(
             &chain,
             &mut [&mut a.inst],
@@ -150,10 +147,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
         )
     };
     let rb = {
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut b.channels,
-        };
+        let mut host = Host::new(&clock, &mut b.channels);
         compiled.request(
             &mut bufs,
             &mut [&mut b.inst],
@@ -167,10 +161,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
     let forwarded = matches!(ra.verdict, weft_ir::interp::Verdict::Forward(_));
     if forwarded {
         let ba = {
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut a.channels,
-            };
+            let mut host = Host::new(&clock, &mut a.channels);
             Interp.response(
                 &chain,
                 &mut [&mut a.inst],
@@ -182,10 +173,7 @@ fn compare(e: &Arc<Element>, req: &[u8], resp: &[u8]) -> (bool, bool) {
             )
         };
         let bb = {
-            let mut host = Host {
-                clock: &clock,
-                channels: &mut b.channels,
-            };
+            let mut host = Host::new(&clock, &mut b.channels);
             compiled.response(
                 &mut bufs,
                 &mut [&mut b.inst],

@@ -28,10 +28,7 @@ fn a_panicking_clock_fails_the_rpc_instead_of_aborting() {
     let mut inst = jit_instance(&e, "rl");
     let clock = FailingClock(AtomicBool::new(false));
     let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = Host::new(&clock, &mut records);
     weft_ir::interp::run_init(&mut inst, &e, &mut host).unwrap();
     clock.0.store(true, Ordering::Relaxed);
     let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
@@ -90,10 +87,7 @@ fn a_failed_clock_read_fails_the_element_that_read_it() {
     let (b, _) = element_from_source("b", WRITES_A_MAP);
     let clock = FailingClock(AtomicBool::new(true));
     let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = Host::new(&clock, &mut records);
     for chain in [vec![a.clone()], vec![a.clone(), b.clone()]] {
         let mut ia = jit_instance(&a, "a");
         let mut ib = jit_instance(&b, "b");

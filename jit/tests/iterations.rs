@@ -145,10 +145,7 @@ fn each_element_of_a_fused_chain_has_its_own_count() {
         .collect();
     let clock = weft_hostcalls::VirtualClock::new(1.0);
     let mut records = Vec::new();
-    let mut host = weft_ir::interp::Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = weft_ir::interp::Host::new(&clock, &mut records);
     let msg = with_tags(800);
     let want = Interp.request(
         &elements,

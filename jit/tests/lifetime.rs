@@ -23,10 +23,7 @@ fn run(c: &Compiled, (e, method): &(Arc<Element>, MethodSchema), user: &str) -> 
     let mut inst = jit_instance(e, "fw");
     let clock = VirtualClock::new(0.0);
     let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = Host::new(&clock, &mut records);
     weft_ir::interp::run_init(&mut inst, e, &mut host).unwrap();
     let bytes =
         weft_ir::wire::json_to_bytes(&method.request, &serde_json::json!({"user": user})).unwrap();

@@ -50,10 +50,7 @@ fn a_loop_that_grows_a_string_keeps_only_the_latest() {
     let compiled = compile(std::slice::from_ref(&e), Fusion::Fused).unwrap();
     let clock = VirtualClock::new(1.0);
     let mut records = Vec::new();
-    let mut host = Host {
-        clock: &clock,
-        channels: &mut records,
-    };
+    let mut host = Host::new(&clock, &mut records);
     let mut bufs = Buffers::default();
     let out = compiled.request(
         &mut bufs,

@@ -52,18 +52,12 @@ fn both_agree(srcs: &[(&str, &str)], reqs: &[(Vec<String>, &str)]) {
             // Each executor's scratch of this RPC, from its request to its response.
             let (mut sa, mut sb) = (RpcScratch::default(), RpcScratch::default());
             let want = {
-                let mut host = Host {
-                    clock: &clock,
-                    channels: &mut rec_a,
-                };
+                let mut host = Host::new(&clock, &mut rec_a);
                 let mut insts: Vec<_> = oracle.iter_mut().collect();
                 Interp.request(&els, &mut insts, req.clone(), &r, &mut host, &mut sa)
             };
             let got = {
-                let mut host = Host {
-                    clock: &clock,
-                    channels: &mut rec_b,
-                };
+                let mut host = Host::new(&clock, &mut rec_b);
                 let mut insts: Vec<_> = jit.iter_mut().collect();
                 compiled.request(&mut bufs, &mut insts, req.clone(), &r, &mut host, &mut sb)
             };
@@ -88,19 +82,13 @@ fn both_agree(srcs: &[(&str, &str)], reqs: &[(Vec<String>, &str)]) {
                 continue;
             }
             let a = {
-                let mut host = Host {
-                    clock: &clock,
-                    channels: &mut rec_a,
-                };
+                let mut host = Host::new(&clock, &mut rec_a);
                 let mut insts: Vec<_> = oracle.iter_mut().collect();
                 let resp = resp.clone();
                 Interp.response(&els, &mut insts, start - 1, resp, &r, &mut host, &mut sa)
             };
             let b = {
-                let mut host = Host {
-                    clock: &clock,
-                    channels: &mut rec_b,
-                };
+                let mut host = Host::new(&clock, &mut rec_b);
                 let mut insts: Vec<_> = jit.iter_mut().collect();
                 compiled.response(
                     &mut bufs,

@@ -30,10 +30,7 @@ fn latency(request_by: &str, response_by: &str) -> (RpcScratch, Vec<Value>) {
     let mut scratch = RpcScratch::default();
     let mut bufs = Buffers::default();
     {
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut records,
-        };
+        let mut host = Host::new(&clock, &mut records);
         let req = Message::request(vec![]);
         let insts = &mut [&mut inst];
         let out = match request_by {
@@ -45,10 +42,7 @@ fn latency(request_by: &str, response_by: &str) -> (RpcScratch, Vec<Value>) {
     let kept = scratch.clone();
     clock.set(12.5);
     {
-        let mut host = Host {
-            clock: &clock,
-            channels: &mut records,
-        };
+        let mut host = Host::new(&clock, &mut records);
         let resp = Message::response(vec![]);
         let insts = &mut [&mut inst];
         let s = &mut scratch;

@@ -829,10 +829,7 @@ impl Engine {
             clock: now,
             by: age,
         };
-        let mut host = Host {
-            clock: if age == 0.0 { now } else { &earlier },
-            channels: &mut channels,
-        };
+        let mut host = Host::new(if age == 0.0 { now } else { &earlier }, &mut channels);
         let mut instances_guard = seg.lock();
         let mut instances = InstanceList::new(&mut instances_guard);
         let mut scratch = RpcScratch::default();
@@ -961,10 +958,7 @@ impl Engine {
                     observer: self.inner.options.channels.as_ref(),
                     method: Some(&of_method.schema),
                 };
-                let mut host = Host {
-                    clock: &*self.inner.options.clock,
-                    channels: &mut channels,
-                };
+                let mut host = Host::new(&*self.inner.options.clock, &mut channels);
                 let mut guard = seg.lock();
                 let mut instances = InstanceList::new(&mut guard);
                 let template = &of_method.rpc_template;

@@ -1490,10 +1490,7 @@ fn start_instance(
     let store = block_store(&ir, Box::new(store));
     let rng = instance_rng(options, &scope, service, version).map_err(err)?;
     let mut instance = Instance::new(el.use_.name.clone(), store, Box::new(rng));
-    let mut host = Host {
-        clock: &*options.clock,
-        channels,
-    };
+    let mut host = Host::new(&*options.clock, channels);
     // As the simulator and `weft bench` start one; this process holds the element's only
     // instance, so it writes the configured shared state too.
     weft_ir::sim::start_instance(&mut instance, &ir, &el.use_, true, &mut host).map_err(|e| {

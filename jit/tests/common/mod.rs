@@ -113,10 +113,7 @@ impl BothExecutors {
         make: impl Fn() -> weft_hostcalls::Message,
     ) -> [(&'static str, weft_ir::sim::SegmentRequest); 2] {
         use weft_ir::sim::Executor;
-        let mut host = weft_ir::interp::Host {
-            clock: &self.clock,
-            channels: &mut self.records,
-        };
+        let mut host = weft_ir::interp::Host::new(&self.clock, &mut self.records);
         let elements = std::slice::from_ref(&self.element);
         let want = weft_ir::sim::Interp.request(
             elements,
