@@ -57,9 +57,24 @@ impl ConfigError {
     }
 }
 
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}: error: {}", self.file, self.location, self.message)?;
+impl ConfigError {
+    /// The same report as a warning: place, line, carets and hint as an error shows them.
+    pub fn as_warning(&self) -> impl std::fmt::Display + '_ {
+        struct Warning<'e>(&'e ConfigError);
+        impl std::fmt::Display for Warning<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.write(f, "warning")
+            }
+        }
+        Warning(self)
+    }
+
+    fn write(&self, f: &mut std::fmt::Formatter<'_>, severity: &str) -> std::fmt::Result {
+        write!(
+            f,
+            "{}{}: {severity}: {}",
+            self.file, self.location, self.message
+        )?;
         if let Some(excerpt) = &self.excerpt {
             write!(f, "\n{excerpt}")?;
         }
@@ -69,6 +84,12 @@ impl std::fmt::Display for ConfigError {
             write!(f, "\n{:gutter$} = hint: {hint}", "")?;
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write(f, "error")
     }
 }
 
@@ -144,6 +165,8 @@ pub enum EntryPart<'a> {
     ParamName(&'a str),
     /// The value the entry gives a parameter.
     ParamValue(&'a str),
+    /// One item of the list the entry gives a parameter.
+    ParamListItem(&'a str, usize),
     /// The name of a state variable the entry's `state:` sets.
     StateName(&'a str),
     /// The value the entry's `state:` gives a variable.
@@ -445,6 +468,11 @@ impl Config {
             EntryPart::Element => paths.element.clone(),
             EntryPart::ParamName(name) => (child(&paths.params, name), Part::Key),
             EntryPart::ParamValue(name) => (child(&paths.params, name), Part::Value),
+            EntryPart::ParamListItem(name, index) => {
+                let mut path = child(&paths.params, name);
+                path.push(index.into());
+                (path, Part::Value)
+            }
             EntryPart::StateName(name) => (child(&paths.state, name), Part::Key),
             EntryPart::StateValue(name) => (child(&paths.state, name), Part::Value),
             EntryPart::StateMapEntry(name, key, is_key) => {

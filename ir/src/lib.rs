@@ -11,6 +11,7 @@ pub mod check;
 pub mod config;
 pub mod cost;
 pub mod diag;
+mod enum_names;
 pub mod equiv;
 pub mod eval;
 mod explain;

@@ -9,6 +9,7 @@ use crate::ast::ElementFile;
 use crate::check::{CheckEnv, check};
 use crate::config::{Config, ConfigError, Edge, ElementUse, EntryPart, Position};
 use crate::diag::{ConfigCause, Diagnostic, SourceFile, has_errors, render_all};
+use crate::enum_names;
 use crate::ir::Element;
 use crate::parser::parse;
 use crate::schema::{MethodSchema, ProtoInput, Schema, SchemaError};
@@ -321,6 +322,8 @@ pub fn load_edge_with_schema(
                     )
             })?;
         }
+        let checked = (methods.iter()).filter_map(|m| Some((m, &**ir.get(&m.full_name)?)));
+        warnings.push_str(&enum_names::warnings(config, &edge.name, use_, checked));
         let (errs, warns): (Vec<Diagnostic>, Vec<Diagnostic>) =
             diags.into_iter().partition(Diagnostic::is_error);
         errors += errs.len();

@@ -679,3 +679,41 @@ fn parameters_at_the_elements_level_and_a_bare_name_say_how_to_write_them() {
     assert!(err.contains("`any` must be a list of elements"), "{err}");
     assert!(err.contains("= hint: write `any: [logging]`"), "{err}");
 }
+
+/// The language reads an enum field as its number, so a firewall's deny list that names an
+/// enum value (`EXPRESS`) denies nothing, and the config checked without a word. Loading
+/// now warns at that list item with the number to write; a number, a name of no enum value
+/// and a field of another type get no warning.
+#[test]
+fn an_enum_value_named_in_a_parameter_is_warned_of_with_its_number() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
+    let warnings = |method: &str, firewall: &str| {
+        let yaml = format!(
+            "protos: [shop.proto]\nedges:\n  e:\n    from: a\n    to: b\n    method: diag.Shop/{method}\n    any:\n      - firewall: {firewall}\n"
+        );
+        let cfg = Config::parse("weft.yaml", &dir, &yaml).unwrap();
+        load_edge(&cfg, "e").unwrap().warnings
+    };
+    let w = warnings("Track", "{field: speed, deny: ['1', EXPRESS, mallory]}");
+    assert_eq!(w.matches("warning:").count(), 1, "{w}");
+    assert!(
+        w.starts_with(
+            "weft.yaml:8:46: warning: edge `e`, element `firewall`: `deny` has `EXPRESS`, the name of value 2 of enum `diag.Speed`; the element reads field `speed` as that enum's number, so `EXPRESS` never matches it"
+        ),
+        "{w}"
+    );
+    assert!(
+        w.contains(
+            "\n8 |       - firewall: {field: speed, deny: ['1', EXPRESS, mallory]}\n  |                                              ^^^^^^^\n"
+        ),
+        "{w}"
+    );
+    assert!(w.contains("= hint: write the number, quoted: '2'"), "{w}");
+
+    // The numbers alone: nothing to say.
+    let w = warnings("Track", "{field: speed, deny: ['1', '2']}");
+    assert!(!w.contains("warning:"), "{w}");
+    // `user` is a string: `EXPRESS` there is a user name like any other.
+    let w = warnings("Order", "{field: user, deny: [EXPRESS]}");
+    assert!(!w.contains("warning:"), "{w}");
+}
