@@ -75,11 +75,13 @@ impl Drop for Compiled {
 
 fn flags(pic: bool) -> Result<settings::Flags, JitError> {
     let mut b = settings::builder();
-    // Compiled code is almost all host calls: "speed" (e-graph rewrites) gave the same
-    // instruction count per RPC on the benchmark chains (callgrind, bench/examples/iters.rs)
-    // and cost 30 % more compile work.
+    // Compiled code is almost all host calls: "speed" (e-graph rewrites) gave no faster
+    // chain and cost 30 % more compile time, over the 1 ms goal for ten elements. The
+    // backtracking allocator keeps values in registers across the host calls where the
+    // single-pass one spilled and reloaded them: the fused benchmark chain runs 12 % faster
+    // for a third more compile time (docs/jit.md, "Code generation settings").
     b.set("opt_level", "none")?;
-    b.set("regalloc_algorithm", "single_pass")?;
+    b.set("regalloc_algorithm", "backtracking")?;
     b.set("use_colocated_libcalls", "false")?;
     b.set("is_pic", if pic { "true" } else { "false" })?;
     // The verifier doubles compile time; debug builds and the cross-ISA path keep it on.
