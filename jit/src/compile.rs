@@ -154,11 +154,17 @@ fn lower_all<M: Module>(
             } else {
                 lower::lower_response(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
             }
-            if std::env::var_os("WEFT_JIT_DUMP").is_some() {
+            let dump = std::env::var("WEFT_JIT_DUMP").ok();
+            if dump.is_some() {
                 eprintln!("{}", ctx.func.display());
             }
+            // `WEFT_JIT_DUMP=asm`: the machine code too, after register allocation.
+            ctx.set_disasm(dump.as_deref() == Some("asm"));
             verify(&ctx, module)?;
             module.define_function(id, &mut ctx)?;
+            if let Some(vcode) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+                eprintln!("{vcode}");
+            }
             module.clear_context(&mut ctx);
             ids[d] = Some(id);
         }
