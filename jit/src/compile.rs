@@ -137,7 +137,7 @@ fn lower_all<M: Module>(
     if let Some(e) = elements.iter().find(|e| !e.is_runnable()) {
         return Err(JitError::NotRunnable(e.name.clone()));
     }
-    let mut imports = Imports::declare(module)?;
+    let mut imports = Imports::default();
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     let mut out = Vec::new();

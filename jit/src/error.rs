@@ -14,7 +14,7 @@ pub enum JitError {
     Settings(#[from] cranelift_codegen::settings::SetError),
     #[error("the verifier rejected `{function}`: {errors}")]
     Verifier { function: String, errors: String },
-    #[error("host function {0:?} is not declared (a bug in the JIT)")]
+    #[error("host function {0:?} could not be declared in the module (a bug in the JIT)")]
     MissingHostFn(weft_hostcalls::abi::HostFn),
     #[error("`init` of `{0}` failed: {1}")]
     Init(String, String),
