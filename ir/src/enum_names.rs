@@ -4,8 +4,6 @@
 //! firewall told `{field: speed, deny: [EXPRESS]}` denies nothing. Loading warns of each such
 //! value where the config has it, with the number to write instead.
 
-use std::collections::BTreeSet;
-
 use prost_reflect::{EnumDescriptor, Kind, MessageDescriptor};
 use weft_hostcalls::Value;
 
@@ -44,7 +42,6 @@ pub fn warnings<'a>(
         return String::new();
     }
     let mut out = String::new();
-    let mut warned = BTreeSet::new();
     for (param, value) in &use_.params {
         let texts: Vec<(Option<usize>, &str)> = match value {
             Value::Str(s) => vec![(None, s)],
@@ -63,9 +60,6 @@ pub fn warnings<'a>(
             }) else {
                 continue;
             };
-            if !warned.insert((param.as_str(), index)) {
-                continue;
-            }
             let message = format!(
                 "edge `{edge}`, element `{}`: `{param}` has `{text}`, the name of value {number} \
                  of enum `{e}`; the element reads field `{field}` as that enum's number, so \

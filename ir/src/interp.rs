@@ -169,10 +169,9 @@ pub struct RpcInfo {
 /// Elements see time *per pass*: every `current_time()` and every channel record of one
 /// pass of a message through a segment (its request handlers, or its response handlers)
 /// gets the same instant, read from `clock` when the pass first needs it. So a chain reads
-/// the system clock at most once per direction (a vDSO call of about 25 ns on a VM, where
-/// the fused five-element chain costs about 170 ns), a pass that needs no time reads none,
-/// and elements moved within a segment see the instant they saw before (docs/language.md,
-/// "Time").
+/// the system clock at most once per direction (a vDSO call of 25–35 ns on a VM, as much as
+/// a few elements of fused code), a pass that needs no time reads none, and elements moved
+/// within a segment see the instant they saw before (docs/language.md, "Time").
 pub struct Host<'a> {
     pub clock: &'a dyn Clock,
     pub channels: &'a mut dyn ChannelSink,
