@@ -95,6 +95,13 @@ static int32_t go_weft_caller_stamp(WeftRuntime *rt, WeftBuf *out) {
 	return rc;
 }
 
+// What loading warned of into the malloc'd buffer out, grown here when too small.
+static int32_t go_weft_warnings(WeftRuntime *rt, WeftBuf *out) {
+	int32_t rc = weft_warnings(rt, out);
+	if (rc == WEFT_E_BUFFER && go_weft_grow(out)) rc = weft_warnings(rt, out);
+	return rc;
+}
+
 static WeftRuntime *go_weft_open(const char *path, const char *yaml, const char *base, const char *service,
                                  uint32_t records, char *err, size_t errcap) {
 	WeftRuntime *rt = yaml ? weft_open_yaml(yaml, base, service, records) : weft_open(path, service, records);
@@ -531,6 +538,18 @@ func callerStamp(h *C.WeftRuntime) string {
 	initOut(&out, 64)
 	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
 	if C.go_weft_caller_stamp(h, &out) != rcOK || out.len == 0 {
+		return ""
+	}
+	return C.GoStringN((*C.char)(unsafe.Pointer(out.ptr)), C.int(out.len))
+}
+
+// loadWarnings is what loading the runtime's current version warned of ("" if nothing, or
+// if the call fails, which it only does for arguments this package never passes).
+func loadWarnings(h *C.WeftRuntime) string {
+	var out C.WeftBuf
+	initOut(&out, 256)
+	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
+	if C.go_weft_warnings(h, &out) != rcOK || out.len == 0 {
 		return ""
 	}
 	return C.GoStringN((*C.char)(unsafe.Pointer(out.ptr)), C.int(out.len))

@@ -277,6 +277,20 @@ func (r *Runtime) Version() uint64 {
 	return runtimeVersion(r.h)
 }
 
+// Warnings is what loading the active configuration warned of, as `weft check --config`
+// prints it (the place in weft.yaml or in an element, the line, a caret, a hint), or ""
+// when nothing. The configuration runs either way; log this after Open and each reload,
+// since a warning may mean a policy does nothing (a firewall denying an enum value by
+// name, docs/config.md).
+func (r *Runtime) Warnings() string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.h == nil {
+		return ""
+	}
+	return loadWarnings(r.h)
+}
+
 // WaitingRPCs is the number of requests that ran the chain and whose response path has not
 // run yet: calls and stream messages waiting for their response. Every request's response
 // path runs once, when its response arrives or its call or stream ends; a count that only

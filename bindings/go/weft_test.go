@@ -67,6 +67,41 @@ func TestFirewallDeniesListedUser(t *testing.T) {
 	}
 }
 
+// A config that type-checks but does nothing as meant (a firewall denying an enum value by
+// name: the language reads the enum's number) runs, and Warnings says so where the config
+// has it, until a reload fixes it. A config with nothing to say has no warnings.
+func TestWarningsSayWhatLoadingWarnedOf(t *testing.T) {
+	if w := open(t, edge("echo.Echo/Say", "    any: [logging]\n"), "frontend").Warnings(); w != "" {
+		t.Fatalf("warnings for a plain config: %q", w)
+	}
+	shop := repoPath("ir/tests/diagnostics")
+	config := func(deny string) string {
+		return "protos: [shop.proto]\nedges:\n  shop:\n    from: app\n    to: shop\n" +
+			"    method: diag.Shop/Track\n    client:\n      - firewall: {field: speed, deny: [" + deny + "]}\n"
+	}
+	rt, err := weft.OpenYAML(config("EXPRESS"), shop, "app")
+	if err != nil {
+		t.Fatalf("a warning must not stop the config: %v", err)
+	}
+	defer rt.Close()
+	w := rt.Warnings()
+	for _, want := range []string{"warning:", "`deny` has `EXPRESS`, the name of value 2 of enum `diag.Speed`", "'2'"} {
+		if !strings.Contains(w, want) {
+			t.Fatalf("warnings %q do not say %q", w, want)
+		}
+	}
+	if err := rt.ReloadYAML(config("'2'"), shop); err != nil {
+		t.Fatal(err)
+	}
+	if w := rt.Warnings(); w != "" {
+		t.Fatalf("warnings after the fix: %q", w)
+	}
+	_ = rt.Close()
+	if w := rt.Warnings(); w != "" {
+		t.Fatalf("warnings after Close: %q", w)
+	}
+}
+
 func TestRateLimitExhaustsAfterBurst(t *testing.T) {
 	c, srv := mesh(t, edge("echo.Echo/Say", `    any:
       - ratelimit: {capacity: 3, rate: 0.001}

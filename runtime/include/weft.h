@@ -301,6 +301,16 @@ const uint64_t *weft_version_word(const struct WeftRuntime *rt);
 // `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
 int32_t weft_caller_stamp(const struct WeftRuntime *rt, struct WeftBuf *out);
 
+// What loading the runtime's current version warned of, as `weft check --config` prints
+// it (a place in the config or an element, the line, carets, a hint; one or more lines per
+// warning), for the binding to log after `weft_open` and each reload: the version runs
+// either way. `out.len` 0 when there is nothing to say. `WEFT_E_BUFFER` sets `out.len` to
+// the size needed.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
+int32_t weft_warnings(const struct WeftRuntime *rt, struct WeftBuf *out);
+
 // The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
 // requests waiting for their response. A count that only grows points at calls whose end
 // never reaches the runtime. 0 for NULL.

@@ -572,6 +572,12 @@ impl Engine {
         fits_a_stamp(service).then(|| format!("/{service}"))
     }
 
+    /// What loading the current version warned of (docs/config.md), as `weft check
+    /// --config` prints it; empty when nothing. The version runs either way.
+    pub fn warnings(&self) -> String {
+        self.inner.table.load().current.warnings.clone()
+    }
+
     /// The current version's content digest (the `weft-version` stamp).
     pub fn digest(&self) -> String {
         self.inner.table.load().current.digest.clone()

@@ -1171,6 +1171,37 @@ pub unsafe extern "C" fn weft_caller_stamp(rt: *const WeftRuntime, out: *mut Wef
     })
 }
 
+/// What loading the runtime's current version warned of, as `weft check --config` prints
+/// it (a place in the config or an element, the line, carets, a hint; one or more lines per
+/// warning), for the binding to log after `weft_open` and each reload: the version runs
+/// either way. `out.len` 0 when there is nothing to say. `WEFT_E_BUFFER` sets `out.len` to
+/// the size needed.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_warnings(rt: *const WeftRuntime, out: *mut WeftBuf) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller passes NULL or a live runtime.
+        let rt = unsafe { runtime(rt)? };
+        if out.is_null() {
+            return Err(FfiError::argument("`out` is NULL"));
+        }
+        // SAFETY: non-NULL, valid and exclusively ours for the call (the contract).
+        let out = unsafe { &mut *out };
+        let warnings = rt.engine.warnings();
+        let text = Some(warnings.as_bytes()).filter(|t| !t.is_empty());
+        if !fits(out, text) {
+            out.len = warnings.len();
+            return Ok(WEFT_E_BUFFER);
+        }
+        // SAFETY: the text fits (checked above); the caller guarantees `out` is writable
+        // for its `cap`.
+        unsafe { copy_out(out, text) };
+        Ok(WEFT_OK)
+    })
+}
+
 /// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
 /// requests waiting for their response. A count that only grows points at calls whose end
 /// never reaches the runtime. 0 for NULL.

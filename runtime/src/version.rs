@@ -516,6 +516,10 @@ pub(crate) struct Version {
     pub segments: Vec<Segment>,
     /// Per edge of this service: the planned order and sides.
     pub layouts: Vec<(String, Layout)>,
+    /// What loading this service's edges warned of, rendered as `weft check --config`
+    /// prints it (a name where an enum's number is read, code after a `send`, …): the
+    /// runtime still runs the version, and the binding hands this to the operator.
+    pub warnings: String,
     /// The compiled protos, encoded ([`Origin::schema`]): one copy for every segment, and
     /// the previous version's when the protos did not change. Encoded per segment, a mesh's
     /// protos (1 MB for 51 files of 2 000 messages) were held once per edge, 100 MB per
@@ -800,6 +804,7 @@ pub(crate) fn build(
         server: BTreeMap::new(),
         segments: Vec::new(),
         layouts: Vec::new(),
+        warnings: String::new(),
         schema: Arc::from(&[][..]),
         counters: Arc::clone(counters),
         installed: false,
@@ -812,6 +817,7 @@ pub(crate) fn build(
     };
     for edge in mine {
         let loaded = load_edge_with_schema(&config, &edge.name, Arc::clone(&schema))?;
+        version.warnings.push_str(&loaded.warnings);
         let layout = in_process_layout(&loaded, options.plan_steps)?;
         for side in [Side::Client, Side::Server] {
             let end = match side {
