@@ -534,10 +534,16 @@ func versionWord(h *C.WeftRuntime) *uint64 {
 // callerStamp is the runtime's stamp for client calls no edge covers ("" if it has none,
 // or if the call fails, which it only does for arguments this package never passes).
 func callerStamp(h *C.WeftRuntime) string {
+	return runtimeText(64, func(out *C.WeftBuf) C.int32_t { return C.go_weft_caller_stamp(h, out) })
+}
+
+// runtimeText is the text read calls write into a buffer of n bytes (grown by the C helper
+// when too small), or "" when it fails.
+func runtimeText(n int, read func(*C.WeftBuf) C.int32_t) string {
 	var out C.WeftBuf
-	initOut(&out, 64)
+	initOut(&out, n)
 	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
-	if C.go_weft_caller_stamp(h, &out) != rcOK || out.len == 0 {
+	if read(&out) != rcOK || out.len == 0 {
 		return ""
 	}
 	return C.GoStringN((*C.char)(unsafe.Pointer(out.ptr)), C.int(out.len))
@@ -546,13 +552,7 @@ func callerStamp(h *C.WeftRuntime) string {
 // loadWarnings is what loading the runtime's current version warned of ("" if nothing, or
 // if the call fails, which it only does for arguments this package never passes).
 func loadWarnings(h *C.WeftRuntime) string {
-	var out C.WeftBuf
-	initOut(&out, 256)
-	defer func() { C.free(unsafe.Pointer(out.ptr)) }()
-	if C.go_weft_warnings(h, &out) != rcOK || out.len == 0 {
-		return ""
-	}
-	return C.GoStringN((*C.char)(unsafe.Pointer(out.ptr)), C.int(out.len))
+	return runtimeText(256, func(out *C.WeftBuf) C.int32_t { return C.go_weft_warnings(h, out) })
 }
 
 func rpcsWaiting(h *C.WeftRuntime) uint64 { return uint64(C.weft_rpcs_waiting(h)) }

@@ -1150,6 +1150,20 @@ pub unsafe extern "C" fn weft_version_word(rt: *const WeftRuntime) -> *const u64
 /// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_caller_stamp(rt: *const WeftRuntime, out: *mut WeftBuf) -> i32 {
+    // SAFETY: the caller's contract is `runtime_text`'s.
+    unsafe { runtime_text(rt, out, |rt| rt.engine.caller_stamp()) }
+}
+
+/// A text of the runtime (`None`: nothing, `out.len` 0) copied into `out`, or
+/// `WEFT_E_BUFFER` with `out.len` set to the size needed.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
+unsafe fn runtime_text(
+    rt: *const WeftRuntime,
+    out: *mut WeftBuf,
+    text: impl FnOnce(&WeftRuntime) -> Option<String>,
+) -> i32 {
     guarded(|| {
         // SAFETY: the caller passes NULL or a live runtime.
         let rt = unsafe { runtime(rt)? };
@@ -1158,15 +1172,15 @@ pub unsafe extern "C" fn weft_caller_stamp(rt: *const WeftRuntime, out: *mut Wef
         }
         // SAFETY: non-NULL, valid and exclusively ours for the call (the contract).
         let out = unsafe { &mut *out };
-        let stamp = rt.engine.caller_stamp();
-        let stamp = stamp.as_deref().map(str::as_bytes);
-        if !fits(out, stamp) {
-            out.len = stamp.map_or(0, <[u8]>::len);
+        let text = text(rt);
+        let text = text.as_deref().map(str::as_bytes);
+        if !fits(out, text) {
+            out.len = text.map_or(0, <[u8]>::len);
             return Ok(WEFT_E_BUFFER);
         }
-        // SAFETY: the stamp fits (checked above); the caller guarantees `out` is writable
+        // SAFETY: the text fits (checked above); the caller guarantees `out` is writable
         // for its `cap`.
-        unsafe { copy_out(out, stamp) };
+        unsafe { copy_out(out, text) };
         Ok(WEFT_OK)
     })
 }
@@ -1181,25 +1195,8 @@ pub unsafe extern "C" fn weft_caller_stamp(rt: *const WeftRuntime, out: *mut Wef
 /// `rt` is NULL or a live runtime; `out` is NULL or valid, its buffer writable for its `cap`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_warnings(rt: *const WeftRuntime, out: *mut WeftBuf) -> i32 {
-    guarded(|| {
-        // SAFETY: the caller passes NULL or a live runtime.
-        let rt = unsafe { runtime(rt)? };
-        if out.is_null() {
-            return Err(FfiError::argument("`out` is NULL"));
-        }
-        // SAFETY: non-NULL, valid and exclusively ours for the call (the contract).
-        let out = unsafe { &mut *out };
-        let warnings = rt.engine.warnings();
-        let text = Some(warnings.as_bytes()).filter(|t| !t.is_empty());
-        if !fits(out, text) {
-            out.len = warnings.len();
-            return Ok(WEFT_E_BUFFER);
-        }
-        // SAFETY: the text fits (checked above); the caller guarantees `out` is writable
-        // for its `cap`.
-        unsafe { copy_out(out, text) };
-        Ok(WEFT_OK)
-    })
+    // SAFETY: the caller's contract is `runtime_text`'s.
+    unsafe { runtime_text(rt, out, |rt| Some(rt.engine.warnings())) }
 }
 
 /// The RPCs whose request ran and whose response path has not (nor `weft_rpc_abandon`):
