@@ -31,6 +31,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer rt.Close()
+	// The config runs even when loading warned; a warning may mean a policy does nothing.
+	if w := rt.Warnings(); w != "" {
+		log.Printf("weft: %s", w)
+	}
 
 	conn, err := grpc.NewClient(*addr, append(rt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {

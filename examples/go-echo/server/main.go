@@ -59,6 +59,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer rt.Close()
+	// The config runs even when loading warned; a warning may mean a policy does nothing.
+	if w := rt.Warnings(); w != "" {
+		log.Printf("weft: %s", w)
+	}
 
 	lis, err := net.Listen("tcp", *addr)
 	if err != nil {
