@@ -20,7 +20,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response, ten};
 use weft_jit::rig::{Rig, RunOutcome, time_batches};
 use weft_jit::{Fusion, compile};
 
@@ -88,24 +88,7 @@ fn per_element(c: &mut Criterion) {
 }
 
 fn compile_time(c: &mut Criterion) {
-    let ten = format!(
-        "{FIVE}{}",
-        FIVE.replace(
-            "- ratelimit:",
-            "- element: ratelimit\n        name: rl2\n        params:"
-        )
-        .replace(
-            "- firewall:",
-            "- element: firewall\n        name: fw2\n        params:"
-        )
-        .replace("- logging", "- element: logging\n        name: log2")
-        .replace("- metrics", "- element: metrics\n        name: m2")
-        .replace(
-            "- fault:",
-            "- element: fault\n        name: f2\n        params:"
-        )
-    );
-    let (elements, _) = load_chain(&ten).unwrap();
+    let (elements, _) = load_chain(&ten()).unwrap();
     assert_eq!(elements.len(), 10);
     let mut g = c.benchmark_group("compile");
     g.bench_function("ten", |b| {

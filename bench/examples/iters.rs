@@ -11,11 +11,14 @@
 //! delivered messages dropped after it), so the chain's share of a profile stands apart,
 //! and prints the timed part per RPC. A fourth, `system-clock`, has the elements read the
 //! system clock, as a service's do, instead of the virtual one.
+//!
+//! `compile_ten N` compiles the ten-element chain of `compile/ten` N times (no RPCs), for
+//! profiling the compiler and counting its instructions per compile.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
 
-use weft_bench::{FIVE, HandRig, counters, load_chain, request, response};
+use weft_bench::{FIVE, HandRig, counters, load_chain, request, response, ten};
 use weft_jit::Fusion;
 use weft_jit::rig::{Rig, ns_per_rpc, time_batches};
 
@@ -31,6 +34,7 @@ fn main() {
     let chain = match case.as_str() {
         "one" => counters(1),
         "eleven" => counters(11),
+        "compile_ten" => ten(),
         _ => FIVE.to_owned(),
     };
     let (elements, method) = load_chain(&chain).unwrap();
@@ -41,6 +45,16 @@ fn main() {
         _ => Some(Fusion::Fused),
     };
     match case.as_str() {
+        "compile_ten" => {
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                black_box(weft_jit::compile(&elements, Fusion::Fused).unwrap());
+            }
+            eprintln!(
+                "{:.1} µs per compile",
+                start.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64
+            );
+        }
         "hand_written" | "messages_only" => {
             let mut hand = HandRig::new(&method).unwrap();
             if system_clock {

@@ -49,6 +49,26 @@ pub fn load_chain(items: &str) -> Result<(Vec<Arc<Element>>, MethodSchema), Stri
     Ok((elements, method))
 }
 
+/// The benchmark chain twice, the second five renamed: the chain `compile/ten` compiles.
+pub fn ten() -> String {
+    let second = FIVE
+        .replace(
+            "- ratelimit:",
+            "- element: ratelimit\n        name: rl2\n        params:",
+        )
+        .replace(
+            "- firewall:",
+            "- element: firewall\n        name: fw2\n        params:",
+        )
+        .replace("- logging", "- element: logging\n        name: log2")
+        .replace("- metrics", "- element: metrics\n        name: m2")
+        .replace(
+            "- fault:",
+            "- element: fault\n        name: f2\n        params:",
+        );
+    format!("{FIVE}{second}")
+}
+
 /// `n` count elements, named apart.
 pub fn counters(n: usize) -> String {
     (0..n)
