@@ -122,6 +122,53 @@ fn ranges(n: usize, fusion: Fusion) -> Vec<Range<usize>> {
     }
 }
 
+/// Cranelift's contexts for one compile, taken from a pool and put back after. A context
+/// keeps the allocations of the functions it compiled (the register allocator's above all)
+/// when cleared; made anew for each compile, they were allocated and freed again every time,
+/// and glibc gave the freed memory back to the system and faulted it in again (`brk` on
+/// every compile, 2 % of its instructions, a third of its page faults). A pool rather than
+/// one pair, so compiles on several threads do not wait for each other. Only a compile that
+/// got through puts its pair back: a lowering that failed half-way leaves the builder's
+/// context holding that function (Cranelift clears it only when a function is finished).
+struct Contexts {
+    ctx: Context,
+    fctx: FunctionBuilderContext,
+    /// Set once the compile got through.
+    reusable: bool,
+}
+
+/// More than the threads that compile at once in practice (one per reload).
+const POOLED_CONTEXTS: usize = 4;
+
+static POOL: Mutex<Vec<(Context, FunctionBuilderContext)>> = Mutex::new(Vec::new());
+
+impl Contexts {
+    fn take() -> Contexts {
+        let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
+        let (ctx, fctx) = pooled.unwrap_or_else(|| (Context::new(), FunctionBuilderContext::new()));
+        Contexts {
+            ctx,
+            fctx,
+            reusable: false,
+        }
+    }
+}
+
+impl Drop for Contexts {
+    fn drop(&mut self) {
+        if !self.reusable {
+            return;
+        }
+        if let Ok(mut pool) = POOL.lock()
+            && pool.len() < POOLED_CONTEXTS
+        {
+            let mut ctx = std::mem::replace(&mut self.ctx, Context::new());
+            ctx.clear();
+            pool.push((ctx, std::mem::take(&mut self.fctx)));
+        }
+    }
+}
+
 /// Lowers every part of a segment into `module`; returns the ids of (request, response).
 fn lower_all<M: Module>(
     module: &mut M,
@@ -138,21 +185,21 @@ fn lower_all<M: Module>(
         return Err(JitError::NotRunnable(e.name.clone()));
     }
     let mut imports = Imports::default();
-    let mut ctx = module.make_context();
-    let mut fctx = FunctionBuilderContext::new();
+    let mut contexts = Contexts::take();
     let mut out = Vec::new();
     for (i, r) in ranges(elements.len(), fusion).into_iter().enumerate() {
         let mut ids = [None, None];
         for (d, name) in ["req", "resp"].iter().enumerate() {
+            let Contexts { ctx, fctx, .. } = &mut contexts;
             let sig = lower::segment_signature(module);
             let id = module.declare_function(&format!("weft_seg{i}_{name}"), linkage, &sig)?;
             ctx.func.signature = sig;
             ctx.func.name = UserFuncName::user(0, id.as_u32());
             let els = &elements[r.clone()];
             if d == 0 {
-                lower::lower_request(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
+                lower::lower_request(module, &mut imports, tables, els, &mut ctx.func, fctx)?;
             } else {
-                lower::lower_response(module, &mut imports, tables, els, &mut ctx.func, &mut fctx)?;
+                lower::lower_response(module, &mut imports, tables, els, &mut ctx.func, fctx)?;
             }
             let dump = std::env::var("WEFT_JIT_DUMP").ok();
             if dump.is_some() {
@@ -160,18 +207,19 @@ fn lower_all<M: Module>(
             }
             // `WEFT_JIT_DUMP=asm`: the machine code too, after register allocation.
             ctx.set_disasm(dump.as_deref() == Some("asm"));
-            verify(&ctx, module)?;
-            module.define_function(id, &mut ctx)?;
+            let defined = verify(ctx, module).and_then(|()| Ok(module.define_function(id, ctx)?));
             if let Some(vcode) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
                 eprintln!("{vcode}");
             }
-            module.clear_context(&mut ctx);
+            module.clear_context(ctx);
+            defined?;
             ids[d] = Some(id);
         }
         if let [Some(req), Some(resp)] = ids {
             out.push((r, req, resp));
         }
     }
+    contexts.reusable = true;
     Ok(out)
 }
 
