@@ -350,6 +350,12 @@ impl Frame<'_, '_, '_> {
 
 /// Runs a host function body: errors and panics set `ctx.err` and yield `default`.
 ///
+/// While a failure is pending (`ctx.err` set), the body does not run: compiled code checks
+/// for failures only before its own effects (`lower::Fx::check_failures`), so the host
+/// calls it makes between a failure and that check must change nothing — no state written,
+/// no record, no random number drawn, no clock read — as the interpreter, which stops at
+/// the failure, makes none of them.
+///
 /// The body's error is handed to `fail` inside the unwinding guard, where the body left it:
 /// matched outside, the whole `Result` (an error's width) was copied out of the guard's
 /// return slot on every call, error or not.
@@ -358,6 +364,9 @@ fn guard<R: Copy>(
     default: R,
     body: impl FnOnce(&mut Frame<'_, '_, '_>) -> Result<R, RuntimeError>,
 ) -> R {
+    if f.ctx.err != 0 {
+        return default;
+    }
     let ran = catch_unwind(AssertUnwindSafe(|| match body(&mut *f) {
         Ok(r) => r,
         Err(e) => {

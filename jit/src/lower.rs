@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::mem::offset_of;
 use std::sync::Arc;
 
+use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     AbiParam, BlockArg, FuncRef, Function, InstBuilder, MemFlagsData as MemFlags, Signature, types,
@@ -162,7 +163,8 @@ struct Fx<'a, 'f, M: Module> {
     b: FunctionBuilder<'f>,
     module: &'a mut M,
     imports: &'a mut Imports,
-    refs: HashMap<HostFn, FuncRef>,
+    /// The host functions declared in this function so far, by id.
+    refs: Vec<Option<FuncRef>>,
     tables: &'a mut Tables,
     frame: V,
     handler: Handler,
@@ -180,6 +182,26 @@ struct Fx<'a, 'f, M: Module> {
     loops: Vec<BTreeSet<usize>>,
     /// A host function the module would not declare (a bug; fails the compilation).
     missing: Option<HostFn>,
+    /// Whether a host call on the path being lowered may have failed since the last check
+    /// (see [`Fx::check_failures`]).
+    pending: bool,
+    /// For blocks not yet lowered, what the edges into them so far bring (dense maps: these
+    /// are read at every edge, and hashing was a sixth of lowering).
+    pending_at: SecondaryMap<Block, Incoming>,
+    /// The blocks lowered so far (an edge back to one must not carry a pending failure).
+    entered: SecondaryMap<Block, bool>,
+}
+
+/// What the edges into a block bring, as far as lowering has seen them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Incoming {
+    /// No edge yet.
+    #[default]
+    None,
+    /// Only edges with nothing pending.
+    Checked,
+    /// Some edge with a failure pending.
+    Pending,
 }
 
 const ERR: i32 = offset_of!(RpcCtx, err) as i32;
@@ -198,8 +220,8 @@ fn flags() -> MemFlags {
 
 impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
     fn call(&mut self, f: HostFn, args: &[V]) -> Option<V> {
-        let fref = match self.refs.get(&f) {
-            Some(r) => *r,
+        let fref = match self.refs.get(f as usize).copied().flatten() {
+            Some(r) => r,
             None => {
                 // A declaration the module refuses (a symbol clash: a bug) fails the
                 // compilation (see `missing`).
@@ -208,7 +230,10 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     return None;
                 };
                 let r = self.module.declare_func_in_func(id, self.b.func);
-                self.refs.insert(f, r);
+                if self.refs.len() <= f as usize {
+                    self.refs.resize(f as usize + 1, None);
+                }
+                self.refs[f as usize] = Some(r);
                 r
             }
         };
@@ -235,23 +260,84 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.iconst(UNIT as i64)
     }
 
-    /// Branches to the element's error exit when a host call failed.
-    fn check(&mut self) {
+    /// Notes that the host call just made may have failed. The failure is not branched on
+    /// here but before the element's next effect that host functions do not make
+    /// ([`Fx::check_failures`]): a host function called while a failure is pending does
+    /// nothing (`host::guard`), so the handler's remaining host calls up to that point are
+    /// without effect, as if the handler had stopped at the failure, and one check serves
+    /// them all. A check after every call was a quarter of the compile time.
+    fn may_fail(&mut self) {
+        self.pending = true;
+    }
+
+    /// Branches to the element's error exit if a host call on this path failed since the
+    /// last check. Called before what compiled code does itself that host functions cannot
+    /// undo or ignore: leaving the element (a send, the end of the handler, a rejection),
+    /// storing to the state block, going round a loop again, and branching (a branch on a
+    /// failed call's result would be wrong, though harmless until one of the others; checked
+    /// once before it rather than on each side).
+    fn check_failures(&mut self) {
+        if !self.pending {
+            return;
+        }
         let e = self.b.ins().load(types::I32, flags(), self.frame, ERR);
         let cont = self.b.create_block();
         self.b.ins().brif(e, self.exits.err, &[], cont, &[]);
         self.b.switch_to_block(cont);
+        self.entered[cont] = true;
+        self.pending = false;
     }
 
-    /// Continues in a fresh block after a jump (code after a `send` is unreachable).
+    /// Notes an edge from here to `to`: a block entered from a path with a pending failure
+    /// starts with one pending. An edge back to a block already lowered is checked first,
+    /// since that block was lowered with what was known then.
+    fn edge(&mut self, to: Block) {
+        if self.pending && self.entered[to] {
+            self.check_failures();
+        }
+        if self.pending {
+            self.pending_at[to] = Incoming::Pending;
+        } else if self.pending_at[to] == Incoming::None {
+            self.pending_at[to] = Incoming::Checked;
+        }
+    }
+
+    /// Continues lowering in `block`, with a failure pending if some edge into it had one
+    /// (or if no edge into it was seen: unreachable code, which costs nothing to check).
+    fn switch_to(&mut self, block: Block) {
+        self.b.switch_to_block(block);
+        self.entered[block] = true;
+        self.pending = self.pending_at[block] != Incoming::Checked;
+    }
+
+    /// Continues in a fresh block after a jump (code after a `send` is unreachable). No path
+    /// reaches it, so none brings a pending failure: taken as pending, its jumps made the
+    /// blocks after it check for nothing.
     fn dead(&mut self) {
         let b = self.b.create_block();
-        self.b.switch_to_block(b);
+        self.switch_to(b);
+        self.pending = false;
     }
 
     fn jump(&mut self, to: Block, args: &[V]) {
-        let args: Vec<BlockArg> = args.iter().map(|v| BlockArg::Value(*v)).collect();
-        self.b.ins().jump(to, &args);
+        self.edge(to);
+        match args {
+            [] => self.b.ins().jump(to, &[]),
+            [a] => self.b.ins().jump(to, &[BlockArg::Value(*a)]),
+            _ => {
+                let args: Vec<BlockArg> = args.iter().map(|v| BlockArg::Value(*v)).collect();
+                self.b.ins().jump(to, &args)
+            }
+        };
+    }
+
+    /// `brif c, then, else` without block arguments. A pending failure is checked first:
+    /// once here rather than once on each side.
+    fn brif(&mut self, c: V, then: Block, otherwise: Block) {
+        self.check_failures();
+        self.edge(then);
+        self.edge(otherwise);
+        self.b.ins().brif(c, then, &[], otherwise, &[]);
     }
 
     fn store_u32(&mut self, off: i32, v: u32) {
@@ -266,7 +352,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let id = self.tables.constant(v);
         let id = self.iconst(id as i64);
         let h = self.callv(HostFn::Const, &[id]);
-        self.check();
+        self.may_fail();
         h
     }
 
@@ -307,17 +393,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             Repr::H => h,
             Repr::I => {
                 let v = self.callv(HostFn::UnboxInt, &[h]);
-                self.check();
+                self.may_fail();
                 v
             }
             Repr::B => {
                 let v = self.callv(HostFn::UnboxBool, &[h]);
-                self.check();
+                self.may_fail();
                 self.b.ins().ireduce(types::I8, v)
             }
             Repr::F => {
                 let v = self.callv(HostFn::UnboxFloat, &[h]);
-                self.check();
+                self.may_fail();
                 v
             }
         }
@@ -376,7 +462,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 for (which, l) in [(0, *first), (1, *second)] {
                     let w = self.iconst(which);
                     let part = self.callv(HostFn::Unpack, &[h, w]);
-                    self.check();
+                    self.may_fail();
                     let ty = self.body.locals[l].ty.clone();
                     let v = self.unboxed(part, &ty);
                     self.set_local(l, v);
@@ -385,6 +471,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             StmtKind::StateStore { var, value } => {
                 let v = self.expr(value);
                 if let Some((p, kind)) = self.block_slot(*var) {
+                    // A value computed from a failed call's result must not be stored.
+                    self.check_failures();
                     let bits = match kind {
                         SlotKind::Bool => self.b.ins().uextend(types::I64, v),
                         _ => v,
@@ -394,7 +482,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     let h = self.boxed(v, &value.ty);
                     let (e, var, unit) = (self.elem(), self.iconst(*var as i64), self.unit());
                     self.call(HostFn::StateSet, &[e, var, unit, h]);
-                    self.check();
+                    self.may_fail();
                 }
             }
             StmtKind::StateSet { var, key, value } => {
@@ -404,14 +492,14 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let v = self.boxed(v, &value.ty);
                 let (e, var) = (self.elem(), self.iconst(*var as i64));
                 self.call(HostFn::StateSet, &[e, var, k, v]);
-                self.check();
+                self.may_fail();
             }
             StmtKind::StateDelete { var, key } => {
                 let k = self.expr(key);
                 let k = self.boxed(k, &key.ty);
                 let (e, var) = (self.elem(), self.iconst(*var as i64));
                 self.call(HostFn::StateDelete, &[e, var, k]);
-                self.check();
+                self.may_fail();
             }
             StmtKind::LocalSet { local, key, value } => {
                 let k = self.expr(key);
@@ -420,7 +508,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let v = self.boxed(v, &value.ty);
                 let c = self.b.use_var(self.locals[*local]);
                 let n = self.callv(HostFn::LocalSet, &[c, k, v]);
-                self.check();
+                self.may_fail();
                 self.set_local(*local, n);
             }
             StmtKind::LocalDelete { local, key } => {
@@ -428,7 +516,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let k = self.boxed(k, &key.ty);
                 let c = self.b.use_var(self.locals[*local]);
                 let n = self.callv(HostFn::LocalDelete, &[c, k]);
-                self.check();
+                self.may_fail();
                 self.set_local(*local, n);
             }
             StmtKind::SetField { msg, field, value } => {
@@ -438,7 +526,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let id = self.tables.field(field);
                 let id = self.iconst(id as i64);
                 let n = self.callv(HostFn::FieldWrite, &[m, id, v]);
-                self.check();
+                self.may_fail();
                 self.set_local(*msg, n);
             }
             StmtKind::SetHeader { msg, name, value } => {
@@ -446,7 +534,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let v = self.expr(value);
                 let m = self.b.use_var(self.locals[*msg]);
                 let r = self.callv(HostFn::HeaderSet, &[m, n, v]);
-                self.check();
+                self.may_fail();
                 self.set_local(*msg, r);
             }
             StmtKind::SetMetadata { key, value } => {
@@ -506,13 +594,14 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             let (e, id) = (self.elem(), self.iconst(id));
             self.call(boxed_form, &[e, id, v]);
         }
-        self.check();
+        self.may_fail();
     }
 
     /// The end of the handler without a `send`: the current message goes on.
     fn fall_off(&mut self) {
         match self.msg_local() {
             Some(m) => {
+                self.check_failures();
                 let next = self.exits.next;
                 self.jump(next, &[m]);
             }
@@ -548,11 +637,13 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             SendKind::Down(e) => {
                 let m = self.expr(e);
+                self.check_failures();
                 let next = self.exits.next;
                 self.jump(next, &[m]);
             }
             SendKind::Up(e) => {
                 let m = self.expr(e);
+                self.check_failures();
                 let to = self.exits.reply.unwrap_or(self.exits.next);
                 self.jump(to, &[m]);
             }
@@ -562,17 +653,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     let c = self.iconst(i64::from(code.number()));
                     let entry = self.entry_msg;
                     let m = self.callv(HostFn::RespReject, &[entry, c, text]);
-                    self.check();
+                    self.may_fail();
+                    self.check_failures();
                     let next = self.exits.next;
                     self.jump(next, &[m]);
                 } else {
                     self.call(HostFn::Reject, &[text]);
-                    self.check();
+                    self.may_fail();
+                    self.check_failures();
+                    // The element and its message are in the context since it started.
                     self.store_u32(CODE, code.number());
                     self.store_u32(VERDICT, verdict::REJECT);
-                    self.store_u32(DECIDED, self.k as u32);
-                    let entry = self.entry_msg;
-                    self.b.ins().store(flags(), entry, self.frame, ENTRY_MSG);
                     self.b.ins().return_(&[]);
                 }
             }
@@ -635,23 +726,22 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             _ => return false,
         };
-        self.check();
+        self.may_fail();
         let after = self.b.create_block();
-        for arm in arms {
-            let body_blk = self.b.create_block();
-            let next = self.b.create_block();
+        for (i, arm) in arms.iter().enumerate() {
             let cond = match arm.pattern {
+                _ if completes(&arms[..i], &arm.pattern) => None,
                 Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, h, NONE as i64)),
                 Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, h, NONE as i64)),
                 _ => None,
             };
-            match cond {
-                None => self.jump(body_blk, &[]),
-                Some(c) => {
-                    self.b.ins().brif(c, body_blk, &[], next, &[]);
-                }
-            }
-            self.b.switch_to_block(body_blk);
+            // An arm entered without a test is lowered where the tests got to.
+            let next = cond.map(|c| {
+                let (body_blk, next) = (self.b.create_block(), self.b.create_block());
+                self.brif(c, body_blk, next);
+                self.switch_to(body_blk);
+                next
+            });
             if let Pattern::Some(Some(l)) = &arm.pattern {
                 let ty = self.body.locals[*l].ty.clone();
                 let x = self.unboxed(h, &ty);
@@ -659,13 +749,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             }
             self.block(&arm.body);
             self.jump(after, &[]);
-            self.b.switch_to_block(next);
-            if cond.is_none() {
-                break;
+            match next {
+                Some(next) => self.switch_to(next),
+                None => {
+                    // No value gets past an arm without a test.
+                    self.dead();
+                    break;
+                }
             }
         }
         self.jump(after, &[]);
-        self.b.switch_to_block(after);
+        self.switch_to(after);
         true
     }
 
@@ -684,36 +778,39 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 }
             }
         };
-        self.check();
+        self.may_fail();
         let found = self.b.ins().load(types::I32, flags(), self.frame, FOUND);
         let after = self.b.create_block();
-        for arm in arms {
-            let body_blk = self.b.create_block();
-            let next = self.b.create_block();
+        for (i, arm) in arms.iter().enumerate() {
             let cond = match arm.pattern {
+                _ if completes(&arms[..i], &arm.pattern) => None,
                 Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, found, 0)),
                 Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, found, 0)),
                 _ => None,
             };
-            match cond {
-                None => self.jump(body_blk, &[]),
-                Some(c) => {
-                    self.b.ins().brif(c, body_blk, &[], next, &[]);
-                }
-            }
-            self.b.switch_to_block(body_blk);
+            // An arm entered without a test is lowered where the tests got to.
+            let next = cond.map(|c| {
+                let (body_blk, next) = (self.b.create_block(), self.b.create_block());
+                self.brif(c, body_blk, next);
+                self.switch_to(body_blk);
+                next
+            });
             if let Pattern::Some(Some(l)) = &arm.pattern {
                 self.set_local(*l, v);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
-            self.b.switch_to_block(next);
-            if cond.is_none() {
-                break;
+            match next {
+                Some(next) => self.switch_to(next),
+                None => {
+                    // No value gets past an arm without a test.
+                    self.dead();
+                    break;
+                }
             }
         }
         self.jump(after, &[]);
-        self.b.switch_to_block(after);
+        self.switch_to(after);
     }
 
     fn match_(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) {
@@ -753,42 +850,55 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     }
                 }
             }
+            self.check_failures();
+            for (blk, _) in &bodies {
+                self.edge(*blk);
+            }
+            self.edge(otherwise);
             switch.emit(&mut self.b, v, otherwise);
             for (blk, body) in bodies {
-                self.b.switch_to_block(blk);
+                self.switch_to(blk);
                 self.block(body);
                 self.jump(after, &[]);
             }
-            self.b.switch_to_block(after);
+            self.switch_to(after);
             return;
         }
-        for arm in arms {
-            let body_blk = self.b.create_block();
-            let next = self.b.create_block();
-            let cond = self.pattern_test(&arm.pattern, v, &scrutinee.ty);
-            match cond {
-                None => self.jump(body_blk, &[]),
-                Some(c) => {
-                    self.b.ins().brif(c, body_blk, &[], next, &[]);
-                }
-            }
-            self.b.switch_to_block(body_blk);
+        for (i, arm) in arms.iter().enumerate() {
+            let cond = if matches!(scrutinee.ty, Type::Bool | Type::Option(_))
+                && completes(&arms[..i], &arm.pattern)
+            {
+                None
+            } else {
+                self.pattern_test(&arm.pattern, v, &scrutinee.ty)
+            };
+            // An arm entered without a test is lowered where the tests got to.
+            let next = cond.map(|c| {
+                let (body_blk, next) = (self.b.create_block(), self.b.create_block());
+                self.brif(c, body_blk, next);
+                self.switch_to(body_blk);
+                next
+            });
             if let Pattern::Some(Some(l)) = &arm.pattern {
                 let inner = self.callv(HostFn::OptInner, &[v]);
-                self.check();
+                self.may_fail();
                 let ty = self.body.locals[*l].ty.clone();
                 let x = self.unboxed(inner, &ty);
                 self.set_local(*l, x);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
-            self.b.switch_to_block(next);
-            if cond.is_none() {
-                break;
+            match next {
+                Some(next) => self.switch_to(next),
+                None => {
+                    // No value gets past an arm without a test.
+                    self.dead();
+                    break;
+                }
             }
         }
         self.jump(after, &[]);
-        self.b.switch_to_block(after);
+        self.switch_to(after);
     }
 
     /// The condition under which a pattern matches (`None`: always).
@@ -817,19 +927,19 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     let id = self.tables.constant(l);
                     let id = self.iconst(id as i64);
                     let eq = self.callv(HostFn::LitEq, &[h, id]);
-                    self.check();
+                    self.may_fail();
                     self.b.ins().icmp_imm_s(IntCC::NotEqual, eq, 0)
                 }
             },
             Pattern::Some(_) | Pattern::None if r != Repr::H => self.b.ins().iconst(types::I8, 0),
             Pattern::Some(_) => {
                 let s = self.callv(HostFn::OptIsSome, &[v]);
-                self.check();
+                self.may_fail();
                 self.b.ins().icmp_imm_s(IntCC::Equal, s, 1)
             }
             Pattern::None => {
                 let s = self.callv(HostFn::OptIsSome, &[v]);
-                self.check();
+                self.may_fail();
                 self.b.ins().icmp_imm_s(IntCC::Equal, s, 0)
             }
         })
@@ -846,9 +956,9 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 self.callv(HostFn::Items, &[h])
             }
         };
-        self.check();
+        self.may_fail();
         let len = self.callv(HostFn::ItemsLen, &[items]);
-        self.check();
+        self.may_fail();
         // Everything made from here on is the loop's, reclaimed at each back edge.
         let floor = self.callv(HostFn::ArenaLen, &[]);
         let i = self.b.declare_var(types::I64);
@@ -859,16 +969,16 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let cont = self.b.create_block();
         let exit = self.b.create_block();
         self.jump(header, &[]);
-        self.b.switch_to_block(header);
+        self.switch_to(header);
         let iv = self.b.use_var(i);
         let more = self.b.ins().icmp(IntCC::SignedLessThan, iv, len);
-        self.b.ins().brif(more, body_blk, &[], exit, &[]);
-        self.b.switch_to_block(body_blk);
+        self.brif(more, body_blk, exit);
+        self.switch_to(body_blk);
         self.loops.push(BTreeSet::new());
         let iv = self.b.use_var(i);
         let e = self.elem();
         let item = self.callv(HostFn::ItemAtCounted, &[items, iv, e]);
-        self.check();
+        self.may_fail();
         match binder {
             Binder::One(l) => {
                 let ty = self.body.locals[*l].ty.clone();
@@ -879,7 +989,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 for (which, l) in [(0, *a), (1, *b)] {
                     let w = self.iconst(which);
                     let part = self.callv(HostFn::Unpack, &[item, w]);
-                    self.check();
+                    self.may_fail();
                     let ty = self.body.locals[l].ty.clone();
                     let x = self.unboxed(part, &ty);
                     self.set_local(l, x);
@@ -891,13 +1001,15 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.lambdas.pop();
         let assigned = self.loops.pop().unwrap_or_default();
         self.jump(cont, &[]);
-        self.b.switch_to_block(cont);
+        self.switch_to(cont);
+        // An iteration that failed ends the loop here, before the sweep and the next one.
+        self.check_failures();
         self.sweep(floor, &assigned);
         let iv = self.b.use_var(i);
         let next = self.b.ins().iadd_imm_s(iv, 1);
         self.b.def_var(i, next);
         self.jump(header, &[]);
-        self.b.switch_to_block(exit);
+        self.switch_to(exit);
     }
 
     /// A loop's back edge: keeps what the handle-typed locals the body `assigned` hold above
@@ -945,7 +1057,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let kind = self.iconst(fail::UNSUPPORTED);
                 let z = self.iconst(0);
                 self.call(HostFn::Fail, &[kind, z, z]);
-                self.check();
+                self.may_fail();
                 self.zero(&e.ty)
             }
             ExprKind::Local(l) => self.b.use_var(self.locals[*l]),
@@ -968,7 +1080,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let zero = self.constant(&e.ty.zero_value());
                 let (el, var) = (self.elem(), self.iconst(*var as i64));
                 let h = self.callv(HostFn::StateLoad, &[el, var, zero]);
-                self.check();
+                self.may_fail();
                 self.unboxed(h, &e.ty)
             }
             ExprKind::StateGet { var, key } => {
@@ -976,7 +1088,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let k = self.boxed(k, &key.ty);
                 let (el, var) = (self.elem(), self.iconst(*var as i64));
                 let h = self.callv(HostFn::StateGet, &[el, var, k]);
-                self.check();
+                self.may_fail();
                 self.unboxed(h, &e.ty)
             }
             ExprKind::StateRmw {
@@ -991,7 +1103,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let zero = self.constant(&zero_v);
                 let (el, varc) = (self.elem(), self.iconst(*var as i64));
                 let begun = self.callv(HostFn::RmwBegin, &[el, varc, k, zero]);
-                self.check();
+                self.may_fail();
                 let bty = self.body.locals[*binder].ty.clone();
                 let cur = self.unboxed(begun, &bty);
                 self.set_local(*binder, cur);
@@ -1004,18 +1116,18 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let z = self.zero(&e.ty);
                 let z = if r == Repr::H { self.unit() } else { z };
                 self.jump(exit, &[z]);
-                self.b.switch_to_block(exit);
+                self.switch_to(exit);
                 let new = self.b.use_var(self.locals[*binder]);
                 let new = self.boxed(new, &bty);
                 let (el, varc) = (self.elem(), self.iconst(*var as i64));
                 self.call(HostFn::RmwEnd, &[el, varc, k, new, begun]);
-                self.check();
+                self.may_fail();
                 result
             }
             ExprKind::StateSize(var) => {
                 let (el, var) = (self.elem(), self.iconst(*var as i64));
                 let n = self.callv(HostFn::StateSize, &[el, var]);
-                self.check();
+                self.may_fail();
                 n
             }
             ExprKind::ValueGet { coll, key } => {
@@ -1023,7 +1135,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let k = self.expr(key);
                 let k = self.boxed(k, &key.ty);
                 let h = self.callv(HostFn::ValueGet, &[c, k]);
-                self.check();
+                self.may_fail();
                 self.unboxed(h, &e.ty)
             }
             ExprKind::Unary { op, operand } => {
@@ -1036,7 +1148,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                         let h = self.boxed(v, &operand.ty);
                         let op = self.iconst(if *op == UnOp::Not { 0 } else { 1 });
                         let r = self.callv(HostFn::Unary, &[op, h]);
-                        self.check();
+                        self.may_fail();
                         self.unboxed(r, &e.ty)
                     }
                 }
@@ -1058,7 +1170,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 };
                 let what = self.iconst(what);
                 let h = self.callv(HostFn::Unwrap, &[v, what]);
-                self.check();
+                self.may_fail();
                 self.unboxed(h, &e.ty)
             }
             ExprKind::MakePair(a, b) => {
@@ -1067,14 +1179,14 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 let y = self.expr(b);
                 let y = self.boxed(y, &b.ty);
                 let h = self.callv(HostFn::MakePair, &[x, y]);
-                self.check();
+                self.may_fail();
                 h
             }
             ExprKind::MakeSome(v) => {
                 let x = self.expr(v);
                 let x = self.boxed(x, &v.ty);
                 let h = self.callv(HostFn::MakeSome, &[x]);
-                self.check();
+                self.may_fail();
                 h
             }
             ExprKind::Field { msg, field } => {
@@ -1084,22 +1196,22 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 match repr(&e.ty) {
                     Repr::I => {
                         let v = self.callv(HostFn::FieldReadInt, &[m, id]);
-                        self.check();
+                        self.may_fail();
                         v
                     }
                     Repr::B => {
                         let v = self.callv(HostFn::FieldReadInt, &[m, id]);
-                        self.check();
+                        self.may_fail();
                         self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
                     }
                     Repr::F => {
                         let v = self.callv(HostFn::FieldReadFloat, &[m, id]);
-                        self.check();
+                        self.may_fail();
                         v
                     }
                     Repr::H => {
                         let v = self.callv(HostFn::FieldRead, &[m, id]);
-                        self.check();
+                        self.may_fail();
                         v
                     }
                 }
@@ -1107,13 +1219,13 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             ExprKind::MetaStatus(msg) => {
                 let m = self.expr(msg);
                 let h = self.callv(HostFn::MetaStatus, &[m]);
-                self.check();
+                self.may_fail();
                 h
             }
             ExprKind::MetaCode(msg) => {
                 let m = self.expr(msg);
                 let c = self.callv(HostFn::MetaCode, &[m]);
-                self.check();
+                self.may_fail();
                 c
             }
             ExprKind::ByteSize { msg, field } => {
@@ -1124,20 +1236,20 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 };
                 let id = self.iconst(id);
                 let n = self.callv(HostFn::ByteSize, &[m, id]);
-                self.check();
+                self.may_fail();
                 n
             }
             ExprKind::Header { msg, name } => {
                 let m = self.expr(msg);
                 let n = self.expr(name);
                 let h = self.callv(HostFn::HeaderGet, &[m, n]);
-                self.check();
+                self.may_fail();
                 h
             }
             ExprKind::Metadata(key) => {
                 let (el, key) = (self.elem(), self.iconst(*key as i64));
                 let h = self.callv(HostFn::MetadataGet, &[el, key]);
-                self.check();
+                self.may_fail();
                 h
             }
             ExprKind::Call { builtin, args } => self.builtin(*builtin, args, &e.ty),
@@ -1176,7 +1288,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let hb = self.boxed(b, &rhs.ty);
         let opc = self.iconst(host::binop_id(op));
         let r = self.callv(HostFn::Binary, &[opc, ha, hb]);
-        self.check();
+        self.may_fail();
         self.unboxed(r, ty)
     }
 
@@ -1185,6 +1297,9 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let rhs_blk = self.b.create_block();
         let done = self.b.create_block();
         let out = self.b.append_block_param(done, types::I8);
+        self.check_failures();
+        self.edge(rhs_blk);
+        self.edge(done);
         if op == BinOp::And {
             let f = self.b.ins().iconst(types::I8, 0);
             self.b
@@ -1196,10 +1311,10 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 .ins()
                 .brif(a, done, &[BlockArg::Value(t)], rhs_blk, &[]);
         }
-        self.b.switch_to_block(rhs_blk);
+        self.switch_to(rhs_blk);
         let b = self.expr(rhs);
         self.jump(done, &[b]);
-        self.b.switch_to_block(done);
+        self.switch_to(done);
         out
     }
 
@@ -1215,7 +1330,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         };
         let m = self.expr(msg);
         let code = self.callv(HostFn::MetaCode, &[m]);
-        self.check();
+        self.may_fail();
         let eq = match lit {
             "success" => self.b.ins().icmp_imm_s(IntCC::Equal, code, 0),
             "failure" => self.b.ins().icmp_imm_s(IntCC::NotEqual, code, 0),
@@ -1284,14 +1399,14 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
     fn int_divide(&mut self, op: BinOp, a: V, b: V, signed: bool) -> V {
         let ok = self.b.create_block();
         let zero = self.b.create_block();
-        self.b.ins().brif(b, ok, &[], zero, &[]);
-        self.b.switch_to_block(zero);
+        self.brif(b, ok, zero);
+        self.switch_to(zero);
         let kind = self.iconst(fail::DIVISION_BY_ZERO);
         let z = self.iconst(0);
         self.call(HostFn::Fail, &[kind, z, z]);
         let err = self.exits.err;
         self.jump(err, &[]);
-        self.b.switch_to_block(ok);
+        self.switch_to(ok);
         if !signed {
             return if op == BinOp::Div {
                 self.b.ins().udiv(a, b)
@@ -1331,7 +1446,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let t = self.tables.ty(to);
         let t = self.iconst(t as i64);
         let r = self.callv(HostFn::Convert, &[h, t]);
-        self.check();
+        self.may_fail();
         self.unboxed(r, to)
     }
 
@@ -1393,8 +1508,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let done = self.b.create_block();
         let out = self.b.append_block_param(done, types::I64);
         self.b.set_cold_block(slow);
-        self.b.ins().brif(fits, fast, &[], slow, &[]);
-        self.b.switch_to_block(fast);
+        self.brif(fits, fast, slow);
+        self.switch_to(fast);
         let r = match from {
             Type::Float | Type::Instant if *to == Type::Int => {
                 self.b.ins().fcvt_to_sint_sat(types::I64, v)
@@ -1403,10 +1518,10 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             _ => v,
         };
         self.jump(done, &[r]);
-        self.b.switch_to_block(slow);
+        self.switch_to(slow);
         let r = self.host_convert(v, from, to);
         self.jump(done, &[r]);
-        self.b.switch_to_block(done);
+        self.switch_to(done);
         out
     }
 
@@ -1419,7 +1534,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 // The clock is the embedder's and may fail (`hc_now` is guarded): the failure
                 // belongs to this element, not to the next checked call's.
                 let t = self.callv(HostFn::Now, &[]);
-                self.check();
+                self.may_fail();
                 return t;
             }
             Builtin::RpcId => return self.callv(HostFn::RpcId, &[]),
@@ -1431,32 +1546,32 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                     None => self.unit(),
                 };
                 let h = self.callv(HostFn::Dst, &[m]);
-                self.check();
+                self.may_fail();
                 return h;
             }
             Builtin::RandomF if vals.len() == 2 && repr(&aty(0)) == Repr::F => {
                 let el = self.elem();
                 let r = self.callv(HostFn::RandomF, &[el, vals[0], vals[1]]);
-                self.check();
+                self.may_fail();
                 return r;
             }
             Builtin::RandomI if vals.len() == 2 && aty(0) == Type::Int => {
                 let el = self.elem();
                 let r = self.callv(HostFn::RandomI, &[el, vals[0], vals[1]]);
-                self.check();
+                self.may_fail();
                 return r;
             }
             Builtin::RandomChoices if vals.len() == 2 && aty(1) == Type::Int => {
                 let el = self.elem();
                 let r = self.callv(HostFn::RandomChoices, &[el, vals[0], vals[1]]);
-                self.check();
+                self.may_fail();
                 return r;
             }
             Builtin::Encrypt if vals.len() == 2 => {
                 let el = self.elem();
                 let v = self.boxed(vals[0], &aty(0));
                 let r = self.callv(HostFn::Encrypt, &[el, v, vals[1]]);
-                self.check();
+                self.may_fail();
                 return r;
             }
             Builtin::TimeDiff if aty(0) == Type::Instant && aty(1) == Type::Instant => {
@@ -1494,7 +1609,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             let kind = self.iconst(fail::UNSUPPORTED);
             let z = self.iconst(0);
             self.call(HostFn::Fail, &[kind, z, z]);
-            self.check();
+            self.may_fail();
             return self.zero(ty);
         }
         let mut hs = Vec::with_capacity(3);
@@ -1509,7 +1624,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let id = self.iconst(id as i64);
         let n = self.iconst(vals.len() as i64);
         let r = self.callv(HostFn::CallPure, &[id, n, hs[0], hs[1], hs[2]]);
-        self.check();
+        self.may_fail();
         self.unboxed(r, ty)
     }
 
@@ -1564,6 +1679,18 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             _ => return None,
         })
     }
+}
+
+/// Whether `p` matches every value the arms `before` it do not: `false` after `true`, `None`
+/// after `Some` and the other way round. Such an arm is entered without a test, so an
+/// `if`/`else` (a match on `true` and `false`) is one branch, not two and a path no value
+/// takes.
+fn completes(before: &[Arm], p: &Pattern) -> bool {
+    before.iter().any(|a| match (&a.pattern, p) {
+        (Pattern::Lit(Value::Bool(x)), Pattern::Lit(Value::Bool(y))) => x != y,
+        (Pattern::Some(_), Pattern::None) | (Pattern::None, Pattern::Some(_)) => true,
+        _ => false,
+    })
 }
 
 fn lit_bits(l: &Value, ty: &Type) -> Option<i64> {
@@ -1644,7 +1771,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             b,
             module,
             imports,
-            refs: HashMap::new(),
+            refs: Vec::new(),
             tables,
             frame,
             handler,
@@ -1659,6 +1786,9 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             lambdas: Vec::new(),
             loops: Vec::new(),
             missing: None,
+            pending: false,
+            pending_at: SecondaryMap::new(),
+            entered: SecondaryMap::new(),
         }
     }
 
@@ -1708,12 +1838,20 @@ pub fn lower_request<M: Module>(
         h0,
         exits,
     );
+    // Nothing is pending where the function starts.
+    fx.pending_at[starts[0]] = Incoming::Checked;
+    // One error exit and one reply exit for the whole function: each element says where it
+    // starts which element it is and what it received (two stores), so the exits need not
+    // be its own. An error and a reply exit per element were a tenth of the blocks the
+    // register allocator went through, for code that runs only when a request stops early.
+    let err = fx.b.create_block();
+    let reply = fx.b.create_block();
+    let reply_msg = fx.b.append_block_param(reply, types::I64);
     for (k, e) in elements.iter().enumerate() {
-        fx.b.switch_to_block(starts[k]);
+        fx.switch_to(starts[k]);
         let h = params[k];
-        let err = fx.b.create_block();
-        let reply = fx.b.create_block();
-        let reply_msg = fx.b.append_block_param(reply, types::I64);
+        fx.store_u32(DECIDED, k as u32);
+        fx.b.ins().store(flags(), h, frame, ENTRY_MSG);
         fx.exits = Exits {
             next: starts.get(k + 1).copied().unwrap_or(forward),
             reply: Some(reply),
@@ -1722,19 +1860,14 @@ pub fn lower_request<M: Module>(
         enter_element(&mut fx, k, e, h);
         fx.block(&e.req.block);
         fx.fall_off();
-        // Exits of this element.
-        fx.b.switch_to_block(err);
-        fx.store_u32(VERDICT, verdict::ERROR);
-        fx.store_u32(DECIDED, k as u32);
-        fx.b.ins().store(flags(), h, frame, ENTRY_MSG);
-        fx.b.ins().return_(&[]);
-        fx.b.switch_to_block(reply);
-        fx.store_u32(VERDICT, verdict::REPLY);
-        fx.store_u32(DECIDED, k as u32);
-        fx.b.ins().store(flags(), reply_msg, frame, MSG);
-        fx.b.ins().store(flags(), h, frame, ENTRY_MSG);
-        fx.b.ins().return_(&[]);
     }
+    fx.b.switch_to_block(err);
+    fx.store_u32(VERDICT, verdict::ERROR);
+    fx.b.ins().return_(&[]);
+    fx.b.switch_to_block(reply);
+    fx.store_u32(VERDICT, verdict::REPLY);
+    fx.b.ins().store(flags(), reply_msg, frame, MSG);
+    fx.b.ins().return_(&[]);
     fx.b.switch_to_block(forward);
     fx.store_u32(VERDICT, verdict::FORWARD);
     fx.store_u32(DECIDED, n as u32);
@@ -1759,7 +1892,6 @@ pub fn lower_response<M: Module>(
     let (mut b, frame) = enter_function(func, fctx);
     let n = elements.len();
     let (starts, params) = handle_blocks(&mut b, n);
-    let (afters, after_params) = handle_blocks(&mut b, n);
     let done = b.create_block();
     let done_msg = b.append_block_param(done, types::I64);
     let h0 = b.ins().iconst(types::I64, 0);
@@ -1793,25 +1925,29 @@ pub fn lower_response<M: Module>(
         h0,
         exits,
     );
+    // Nothing is pending where the function starts, whichever element it starts at.
+    for s in &starts {
+        fx.pending_at[*s] = Incoming::Checked;
+    }
     for (k, e) in elements.iter().enumerate() {
-        fx.b.switch_to_block(starts[k]);
+        fx.switch_to(starts[k]);
         let h = params[k];
         let err = fx.b.create_block();
+        // The response goes up to the element before, or leaves the segment.
+        let prev = if k == 0 { done } else { starts[k - 1] };
         fx.exits = Exits {
-            next: afters[k],
+            next: prev,
             reply: None,
             err,
         };
         enter_element(&mut fx, k, e, h);
         fx.block(&e.resp.block);
         fx.fall_off();
-        fx.b.switch_to_block(err);
+        fx.switch_to(err);
         let el = fx.elem();
         let m = fx.callv(HostFn::RespError, &[el, h]);
-        fx.jump(afters[k], &[m]);
-        fx.b.switch_to_block(afters[k]);
-        let prev = if k == 0 { done } else { starts[k - 1] };
-        let m = after_params[k];
+        // `RespError` took the failure: nothing is pending after it.
+        fx.pending = false;
         fx.jump(prev, &[m]);
     }
     fx.b.switch_to_block(done);
