@@ -273,9 +273,9 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
     /// Branches to the element's error exit if a host call on this path failed since the
     /// last check. Called before what compiled code does itself that host functions cannot
     /// undo or ignore: leaving the element (a send, the end of the handler, a rejection),
-    /// storing to the state block, going round a loop again, and branching (a branch on a
-    /// failed call's result would be wrong, though harmless until one of the others; checked
-    /// once before it rather than on each side).
+    /// storing to the state block, entering a loop and going round it again, and branching
+    /// (a branch on a failed call's result would be wrong, though harmless until one of the
+    /// others; checked once before it rather than on each side).
     fn check_failures(&mut self) {
         if !self.pending {
             return;
@@ -968,6 +968,8 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         let body_blk = self.b.create_block();
         let cont = self.b.create_block();
         let exit = self.b.create_block();
+        // Checked here, once, rather than at the loop's test on every iteration.
+        self.check_failures();
         self.jump(header, &[]);
         self.switch_to(header);
         let iv = self.b.use_var(i);
