@@ -728,38 +728,21 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         };
         self.may_fail();
         let after = self.b.create_block();
-        for (i, arm) in arms.iter().enumerate() {
-            let cond = match arm.pattern {
-                _ if completes(&arms[..i], &arm.pattern) => None,
-                Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, h, NONE as i64)),
-                Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, h, NONE as i64)),
+        self.arms(
+            arms,
+            after,
+            true,
+            |fx, p| match p {
+                Pattern::Some(_) => Some(fx.b.ins().icmp_imm_s(IntCC::NotEqual, h, NONE as i64)),
+                Pattern::None => Some(fx.b.ins().icmp_imm_s(IntCC::Equal, h, NONE as i64)),
                 _ => None,
-            };
-            // An arm entered without a test is lowered where the tests got to.
-            let next = cond.map(|c| {
-                let (body_blk, next) = (self.b.create_block(), self.b.create_block());
-                self.brif(c, body_blk, next);
-                self.switch_to(body_blk);
-                next
-            });
-            if let Pattern::Some(Some(l)) = &arm.pattern {
-                let ty = self.body.locals[*l].ty.clone();
-                let x = self.unboxed(h, &ty);
-                self.set_local(*l, x);
-            }
-            self.block(&arm.body);
-            self.jump(after, &[]);
-            match next {
-                Some(next) => self.switch_to(next),
-                None => {
-                    // No value gets past an arm without a test.
-                    self.dead();
-                    break;
-                }
-            }
-        }
-        self.jump(after, &[]);
-        self.switch_to(after);
+            },
+            |fx, l| {
+                let ty = fx.body.locals[l].ty.clone();
+                let x = fx.unboxed(h, &ty);
+                fx.set_local(l, x);
+            },
+        );
         true
     }
 
@@ -781,36 +764,17 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
         self.may_fail();
         let found = self.b.ins().load(types::I32, flags(), self.frame, FOUND);
         let after = self.b.create_block();
-        for (i, arm) in arms.iter().enumerate() {
-            let cond = match arm.pattern {
-                _ if completes(&arms[..i], &arm.pattern) => None,
-                Pattern::Some(_) => Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, found, 0)),
-                Pattern::None => Some(self.b.ins().icmp_imm_s(IntCC::Equal, found, 0)),
+        self.arms(
+            arms,
+            after,
+            true,
+            |fx, p| match p {
+                Pattern::Some(_) => Some(fx.b.ins().icmp_imm_s(IntCC::NotEqual, found, 0)),
+                Pattern::None => Some(fx.b.ins().icmp_imm_s(IntCC::Equal, found, 0)),
                 _ => None,
-            };
-            // An arm entered without a test is lowered where the tests got to.
-            let next = cond.map(|c| {
-                let (body_blk, next) = (self.b.create_block(), self.b.create_block());
-                self.brif(c, body_blk, next);
-                self.switch_to(body_blk);
-                next
-            });
-            if let Pattern::Some(Some(l)) = &arm.pattern {
-                self.set_local(*l, v);
-            }
-            self.block(&arm.body);
-            self.jump(after, &[]);
-            match next {
-                Some(next) => self.switch_to(next),
-                None => {
-                    // No value gets past an arm without a test.
-                    self.dead();
-                    break;
-                }
-            }
-        }
-        self.jump(after, &[]);
-        self.switch_to(after);
+            },
+            |fx, l| fx.set_local(l, v),
+        );
     }
 
     fn match_(&mut self, scrutinee: &'a Expr, arms: &'a [Arm]) {
@@ -864,13 +828,40 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
             self.switch_to(after);
             return;
         }
+        let ty = &scrutinee.ty;
+        self.arms(
+            arms,
+            after,
+            matches!(ty, Type::Bool | Type::Option(_)),
+            |fx, p| fx.pattern_test(p, v, ty),
+            |fx, l| {
+                let inner = fx.callv(HostFn::OptInner, &[v]);
+                fx.may_fail();
+                let ty = fx.body.locals[l].ty.clone();
+                let x = fx.unboxed(inner, &ty);
+                fx.set_local(l, x);
+            },
+        );
+    }
+
+    /// Lowers a `match`'s arms in order, then continues in `after`: each arm's `test` (`None`:
+    /// it matches whatever reaches it) branches to its body or on to the next arm; `bind`
+    /// binds what a `Some(x)` arm names. With `complete` (the scrutinee is a bool or an
+    /// option), an arm that matches every value the arms before it did not
+    /// ([`completes`]) is entered without a test.
+    fn arms(
+        &mut self,
+        arms: &'a [Arm],
+        after: Block,
+        complete: bool,
+        test: impl Fn(&mut Self, &Pattern) -> Option<V>,
+        bind: impl Fn(&mut Self, LocalId),
+    ) {
         for (i, arm) in arms.iter().enumerate() {
-            let cond = if matches!(scrutinee.ty, Type::Bool | Type::Option(_))
-                && completes(&arms[..i], &arm.pattern)
-            {
+            let cond = if complete && completes(&arms[..i], &arm.pattern) {
                 None
             } else {
-                self.pattern_test(&arm.pattern, v, &scrutinee.ty)
+                test(self, &arm.pattern)
             };
             // An arm entered without a test is lowered where the tests got to.
             let next = cond.map(|c| {
@@ -880,11 +871,7 @@ impl<'a, 'f, M: Module> Fx<'a, 'f, M> {
                 next
             });
             if let Pattern::Some(Some(l)) = &arm.pattern {
-                let inner = self.callv(HostFn::OptInner, &[v]);
-                self.may_fail();
-                let ty = self.body.locals[*l].ty.clone();
-                let x = self.unboxed(inner, &ty);
-                self.set_local(*l, x);
+                bind(self, *l);
             }
             self.block(&arm.body);
             self.jump(after, &[]);
